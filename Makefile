@@ -1,0 +1,40 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both create .venv when it is missing.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install demo test lint typecheck unit bench eval clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/kb-retrieval demo --state-dir .kb-state/demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check kb_retrieval sidecar tests
+	$(BIN)/ruff format --check kb_retrieval sidecar tests
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+test: lint typecheck
+	$(BIN)/pytest
+
+eval: $(STAMP)
+	$(BIN)/kb-retrieval eval --golden golden/sample-kb.jsonl --fixtures golden/fixtures/sample-kb --out reports/retrieval-eval
+
+bench: $(STAMP)
+	$(BIN)/kb-retrieval bench --out reports/bench
+
+clean:
+	rm -rf .kb-state .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,31 @@
+"""kb-retrieval: an explicit, traceable ``lookup_knowledge`` tool over an ops knowledge base in Milvus.
+
+The package imports nothing heavy at import time, so ``kb_retrieval.evaluation`` runs without Milvus, torch or
+LlamaIndex installed. The main names load on first use:
+
+    >>> from kb_retrieval import KnowledgeLookup, Settings, make_lookup_tool  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Settings": "kb_retrieval.config",
+    "KnowledgeLookup": "kb_retrieval.engine",
+    "KnowledgeQueryEngine": "kb_retrieval.engine",
+    "LookupResult": "kb_retrieval.models",
+    "make_lookup_tool": "kb_retrieval.tool",
+    "ingest": "kb_retrieval.indexing.ingest",
+}
+
+__all__ = [*sorted(_EXPORTS), "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'kb_retrieval' has no attribute {name!r}")

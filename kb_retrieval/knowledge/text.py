@@ -1,0 +1,56 @@
+"""Small text helpers shared by the chunker, L0 matching, lexical scoring and the context packer."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import unicodedata
+
+_TOKEN = re.compile(r"\w+|[^\w\s]", re.UNICODE)
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+_FENCE = re.compile(r"^\s*(```|~~~)")
+
+
+def count_tokens(text: str) -> int:
+    """Approximate token count: words and punctuation marks (close to a WordPiece count for English)."""
+    return len(_TOKEN.findall(text))
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased word tokens, CamelCase identifiers kept whole (``KubePodCrashLooping`` -> one token)."""
+    return [w.lower() for w in _WORD.findall(text)]
+
+
+def split_camel(identifier: str) -> list[str]:
+    """``KubePodCrashLooping`` -> ``['kube', 'pod', 'crash', 'looping']``."""
+    return [part.lower() for part in _CAMEL.findall(identifier)]
+
+
+def clean_text(text: str) -> str:
+    """NFC-normalise, drop control characters (keeping newlines and tabs) and collapse runs of spaces."""
+    text = unicodedata.normalize("NFC", text)
+    text = "".join(ch for ch in text if ch in "\n\t" or unicodedata.category(ch)[0] != "C")
+    return re.sub(r"[ \t]+", " ", text).strip()
+
+
+def is_fence(line: str) -> bool:
+    """True for a Markdown code-fence line (``` or ~~~)."""
+    return bool(_FENCE.match(line))
+
+
+def truncate_to_tokens(text: str, max_tokens: int) -> str:
+    """The longest prefix of ``text`` with at most ``max_tokens`` tokens, cut at a token boundary."""
+    if max_tokens <= 0:
+        return ""
+    for i, match in enumerate(_TOKEN.finditer(text)):
+        if i == max_tokens:
+            return text[: match.start()].rstrip()
+    return text
+
+
+def split_to_tokens(text: str, max_tokens: int) -> list[str]:
+    """``text`` cut at token boundaries into consecutive pieces of at most ``max_tokens`` tokens (nothing dropped)."""
+    starts = [match.start() for match in _TOKEN.finditer(text)]
+    cuts = [0, *starts[max_tokens::max_tokens], len(text)] if max_tokens > 0 else [0, len(text)]
+    return [piece for a, b in itertools.pairwise(cuts) if (piece := text[a:b].strip())]

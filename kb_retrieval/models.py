@@ -1,0 +1,196 @@
+"""Pydantic contracts passed between the pipeline stages and returned to callers.
+
+The result's JSON uses the spec's names (``evidenceBlocks``, ``contextPack``, ``retrievalTrace``, ...): every model
+here serialises with camelCase aliases (``model_dump(by_alias=True)``) and accepts either spelling on input.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class Contract(BaseModel):
+    """Base of every contract: camelCase JSON, snake_case Python."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The model as a JSON-ready dict with the spec's camelCase names."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+class ScoreLabel(str, Enum):
+    """What a raw score means. L2 is a squared distance (lower is better); the others are similarities."""
+
+    COSINE = "cosine_similarity"
+    IP = "ip_similarity"
+    L2 = "l2_distance"
+
+    @classmethod
+    def for_metric(cls, metric: str) -> ScoreLabel:
+        return {"COSINE": cls.COSINE, "IP": cls.IP, "L2": cls.L2}[metric.upper()]
+
+
+class EvidenceStatus(str, Enum):
+    OK = "ok"
+    NO_EVIDENCE = "no_evidence"
+
+
+# --- query transform -------------------------------------------------------------------------------------
+
+
+class L0Hints(Contract):
+    """What L0 keyword/frontmatter matching understood of the query. Hints, never evidence."""
+
+    matched_titles: list[str] = Field(default_factory=list)
+    matched_keywords: list[str] = Field(default_factory=list)
+    domains: list[str] = Field(default_factory=list)
+    entities: list[str] = Field(default_factory=list)
+    matched_sources: list[str] = Field(
+        default_factory=list, description="Documents L0 matched; used to boost, never returned as evidence."
+    )
+
+    @property
+    def empty(self) -> bool:
+        return not (self.matched_titles or self.matched_keywords or self.domains or self.entities)
+
+
+class QueryTransform(Contract):
+    original_query: str
+    normalized_query: str
+    truncated: bool = False
+    notes: list[str] = Field(default_factory=list)
+    hints: L0Hints = Field(default_factory=L0Hints)
+    category_filter: str | None = None
+    filter_reason: str
+
+
+# --- L1 ------------------------------------------------------------------------------------------------
+
+
+class Candidate(Contract):
+    """One chunk returned by a vector-store path, with explicit score semantics."""
+
+    chunk_id: str
+    source: str
+    title: str | None = None
+    breadcrumb: str | None = None
+    category: str | None = None
+    content: str
+    keywords: list[str] = Field(default_factory=list)
+    entities: list[str] = Field(default_factory=list)
+    score: float = Field(description="The raw value the path returned.")
+    score_label: ScoreLabel
+    path: Literal["vectorstore", "sdk"]
+    similarity: float = Field(ge=0.0, le=1.0, description="Normalised similarity used by every threshold.")
+
+
+AttemptOutcome = Literal["ok", "no_candidates", "no_evidence", "low_quality", "error", "skipped"]
+
+
+class RetrievalAttempt(Contract):
+    attempt: int
+    filtered: bool
+    category_filter: str | None = None
+    filter_expr: str | None = None
+    query: str
+    path: str | None = Field(default=None, description="The path that served: vectorstore or sdk.")
+    path_fallback_reason: str | None = Field(
+        default=None, description="Why auto mode left the vectorstore path for the sdk path."
+    )
+    candidate_count: int = 0
+    evidence_count: int = 0
+    top_similarity: float | None = None
+    outcome: AttemptOutcome
+    error: str | None = None
+    elapsed_ms: float = 0.0
+
+
+FallbackReason = Literal["filtered_vector_no_evidence", "filtered_vector_low_quality"]
+
+
+class RetrievalTrace(Contract):
+    attempts: list[RetrievalAttempt] = Field(default_factory=list)
+    selected_attempt: int | None = None
+    fallback_reason: FallbackReason | None = None
+    path_served: str | None = None
+    candidate_count: int = 0
+    final_count: int = 0
+
+
+# --- post-processing --------------------------------------------------------------------------------------
+
+
+class RerankEntry(Contract):
+    rank: int
+    source: str
+    breadcrumb: str | None = None
+    base_score: float
+    boosts: dict[str, float] = Field(default_factory=dict)
+    final_score: float
+
+
+class RerankTrace(Contract):
+    candidate_count: int = 0
+    entries: list[RerankEntry] = Field(default_factory=list)
+
+
+class EvidenceBlock(Contract):
+    source: str
+    title: str | None = None
+    breadcrumb: str | None = None
+    category: str | None = None
+    retrieval_layer: Literal["L1", "L0+L1"]
+    content: str
+    hit_reasons: list[str] = Field(default_factory=list)
+    score: float = Field(description="Final rerank score.")
+    similarity: float = Field(description="Normalised semantic similarity of the block's best chunk.")
+
+
+class PackedBlock(Contract):
+    source: str
+    title: str | None = None
+    breadcrumb: str | None = None
+    hit_reasons: list[str] = Field(default_factory=list)
+    content: str
+    truncated: bool = False
+
+
+class ContextPackSummary(Contract):
+    budget_tokens: int
+    used_tokens: int
+    included_sources: list[str] = Field(default_factory=list)
+    truncated_sources: list[str] = Field(default_factory=list)
+    omitted_sources: list[str] = Field(default_factory=list)
+
+
+class ContextPack(Contract):
+    blocks: list[PackedBlock] = Field(default_factory=list)
+    text: str = ""
+    summary: ContextPackSummary
+
+
+RelevanceLevel = Literal["high", "medium", "low", "none"]
+
+
+class LookupResult(Contract):
+    """The evidence-first result of one ``lookup_knowledge`` call."""
+
+    found: bool
+    evidence_status: EvidenceStatus
+    message: str
+    evidence_blocks: list[EvidenceBlock] = Field(default_factory=list)
+    context_pack: ContextPack
+    query_transform: QueryTransform
+    retrieval_trace: RetrievalTrace
+    rerank_trace: RerankTrace
+    relevance_level: RelevanceLevel
+    completeness_hint: str
+    retrieval_layer: Literal["L1", "L0+L1", "none"]
+    elapsed_ms: float = 0.0
+    stage_ms: dict[str, float] = Field(default_factory=dict)
+    trace_recorded: bool = True

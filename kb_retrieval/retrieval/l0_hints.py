@@ -1,0 +1,207 @@
+"""L0: match the query against titles, keywords, categories and entities of the persisted L0 index.
+
+L0 only *hints*: its output narrows L1 to a domain when exactly one is found, boosts candidates in the reranker, and
+is recorded in the trace. It is never returned as evidence.
+
+Matching is on word sequences, case-insensitive: a keyword or entity matches when all its words occur contiguously
+in the query (``RedisMemoryHigh`` is one word; ``INFO memory`` two). Keywords shared by many documents (a heading
+such as "Mitigation") say nothing about which document is meant, so only keywords of at most
+``max_keyword_documents`` documents count. A title matches when it occurs in the query, or when the query holds all
+of its (at least two) content words.
+
+Example:
+    >>> provider = L0HintProvider(index)  # doctest: +SKIP
+    >>> provider.hints("RedisMemoryHigh on cache-01").domains  # doctest: +SKIP
+    ['redis']
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from kb_retrieval.indexing.l0_index import L0Index
+from kb_retrieval.knowledge.text import words
+from kb_retrieval.models import L0Hints
+
+STOPWORDS = frozenset(
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "can",
+        "do",
+        "does",
+        "for",
+        "from",
+        "has",
+        "have",
+        "how",
+        "i",
+        "in",
+        "is",
+        "it",
+        "its",
+        "my",
+        "not",
+        "of",
+        "on",
+        "or",
+        "our",
+        "should",
+        "the",
+        "this",
+        "to",
+        "was",
+        "we",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "why",
+        "will",
+        "with",
+        "you",
+        "your",
+    ]
+)
+
+
+def _phrase(text: str) -> tuple[str, ...]:
+    return tuple(words(text))
+
+
+def _contains(haystack: tuple[str, ...], needle: tuple[str, ...]) -> bool:
+    n = len(needle)
+    if n == 0 or n > len(haystack):
+        return False
+    if n == 1:
+        return needle[0] in haystack
+    return any(haystack[i : i + n] == needle for i in range(len(haystack) - n + 1))
+
+
+def _is_specific(keyword: str) -> bool:
+    """Multi-word phrases and identifiers (CamelCase, digits, ``_`` ``-`` ``.``) are specific; plain words are not."""
+    stripped = keyword.strip()
+    return (
+        len(words(stripped)) > 1
+        or any(ch in stripped for ch in "_-.")
+        or any(ch.isdigit() for ch in stripped)
+        or any(ch.isupper() for ch in stripped[1:])
+    )
+
+
+def _entity_case_ok(entity: str, query: str) -> bool:
+    """A capitalised entity ("Service", "InnoDB") names a thing only when written that way; a lower-case one
+    ("redis", "kubectl") matches in any case."""
+    return entity.islower() or not entity.isalpha() or entity in query
+
+
+def _by_first_word(phrases: dict[tuple[str, ...], set[str]]) -> dict[str, list[tuple[str, ...]]]:
+    starts: dict[str, list[tuple[str, ...]]] = defaultdict(list)
+    for phrase in phrases:
+        starts[phrase[0]].append(phrase)
+    return dict(starts)
+
+
+class L0HintProvider:
+    """Precomputed phrase tables over an :class:`L0Index`; ``hints(query)`` is pure and thread-safe."""
+
+    def __init__(self, index: L0Index, max_keyword_documents: int = 3) -> None:
+        self.index = index
+        keyword_docs: dict[tuple[str, ...], set[str]] = defaultdict(set)
+        entity_docs: dict[tuple[str, ...], set[str]] = defaultdict(set)
+        self._keyword_text: dict[tuple[str, ...], str] = {}
+        self._entity_text: dict[tuple[str, ...], str] = {}
+        self._titles: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = []
+        for source, entry in index.documents.items():
+            for keyword in entry.keywords:
+                phrase = _phrase(keyword)
+                if phrase and not (len(phrase) == 1 and phrase[0] in STOPWORDS):
+                    keyword_docs[phrase].add(source)
+                    self._keyword_text.setdefault(phrase, keyword)
+            for entity in entry.entities:
+                phrase = _phrase(entity)
+                if phrase:
+                    entity_docs[phrase].add(source)
+                    self._entity_text.setdefault(phrase, entity)
+            title = _phrase(entry.title)
+            content = tuple(w for w in title if w not in STOPWORDS)
+            self._titles.append((source, title, content))
+        self._keywords = {p: s for p, s in keyword_docs.items() if len(s) <= max_keyword_documents}
+        self._entities = dict(entity_docs)
+        self._keyword_starts = _by_first_word(self._keywords)
+        self._entity_starts = _by_first_word(self._entities)
+        # Inverted index of title content words: a title matches when the query holds all of them.
+        self._title_words: dict[str, list[int]] = defaultdict(list)
+        for i, (_, _, content) in enumerate(self._titles):
+            for word in set(content):
+                self._title_words[word].append(i)
+        self._categories = {
+            entry.category.lower(): entry.category for entry in index.documents.values() if entry.category
+        }
+
+    def hints(self, query: str) -> L0Hints:
+        tokens = _phrase(query)
+        token_set = set(tokens)
+        strong: set[str] = set()  # documents matched by a title, a phrase or an identifier-like keyword
+        weak: set[str] = set()  # documents matched only by a single plain word
+        titles: list[str] = []
+        for source in self._title_matches(tokens, token_set):
+            titles.append(self.index.documents[source].title)
+            strong.add(source)
+        keywords: list[str] = []
+        for phrase in self._phrases_in(tokens, self._keyword_starts):
+            text = self._keyword_text[phrase]
+            keywords.append(text)
+            (strong if _is_specific(text) else weak).update(self._keywords[phrase])
+        entities = [
+            text
+            for p in self._phrases_in(tokens, self._entity_starts)
+            if _entity_case_ok(text := self._entity_text[p], query)
+        ]
+
+        # A specific match (an alert name, a title) says more about the domain than a generic word does.
+        deciding = strong or weak
+        domains = sorted(
+            {c for s in deciding if (c := self.index.documents[s].category)}
+            or {self._categories[t] for t in token_set if t in self._categories}
+        )
+        matched_sources = strong | weak
+        return L0Hints(
+            matched_titles=sorted(set(titles)),
+            matched_keywords=sorted(set(keywords)),
+            domains=domains,
+            entities=sorted(set(entities)),
+            matched_sources=sorted(matched_sources),
+        )
+
+    def _title_matches(self, tokens: tuple[str, ...], token_set: set[str]) -> list[str]:
+        hits: dict[int, int] = defaultdict(int)
+        for word in token_set:
+            for i in self._title_words.get(word, ()):
+                hits[i] += 1
+        matched = []
+        for i, count in sorted(hits.items()):
+            source, title, content = self._titles[i]
+            if (len(set(content)) >= 2 and count == len(set(content))) or _contains(tokens, title):
+                matched.append(source)
+        return matched
+
+    @staticmethod
+    def _phrases_in(tokens: tuple[str, ...], starts: dict[str, list[tuple[str, ...]]]) -> list[tuple[str, ...]]:
+        found: dict[tuple[str, ...], None] = {}
+        for i, token in enumerate(tokens):
+            for phrase in starts.get(token, ()):
+                if tokens[i : i + len(phrase)] == phrase:
+                    found[phrase] = None
+        return list(found)
+
+    def document_keywords(self, source: str) -> set[tuple[str, ...]]:
+        entry = self.index.documents.get(source)
+        return {_phrase(k) for k in entry.keywords} if entry else set()

@@ -1,0 +1,79 @@
+"""The L1 retriever: a LlamaIndex ``BaseRetriever`` over one vector-store path.
+
+``search`` is the pipeline's call (embedding given, optional category filter, path details returned);
+``retrieve`` is the ordinary LlamaIndex face, returning ``NodeWithScore`` whose score is the normalised similarity
+and whose metadata carries the candidate with its raw score, score label and path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from pymilvus import MilvusClient
+
+from kb_retrieval.config import Settings
+from kb_retrieval.indexing.embeddings import embed_query
+from kb_retrieval.models import Candidate
+from kb_retrieval.retrieval.filters import equals_expr
+from kb_retrieval.retrieval.l1.auto import AutoPath
+from kb_retrieval.retrieval.l1.base import L1Search, VectorPath
+from kb_retrieval.retrieval.l1.sdk import SdkPath
+from kb_retrieval.retrieval.l1.vectorstore import VectorStorePath
+
+
+def make_path(settings: Settings, client: MilvusClient) -> VectorPath:
+    """The configured path: ``vectorstore``, ``sdk`` or ``auto``."""
+    if settings.vector_store_mode == "sdk":
+        return SdkPath(client, settings)
+    if settings.vector_store_mode == "vectorstore":
+        return VectorStorePath(settings)
+    return AutoPath(VectorStorePath(settings), SdkPath(client, settings))
+
+
+def candidate_node(candidate: Candidate, score: float | None = None) -> NodeWithScore:
+    """A candidate as a LlamaIndex node; the candidate itself rides in ``metadata['candidate']``."""
+    node = TextNode(
+        id_=candidate.chunk_id,
+        text=candidate.content,
+        metadata={"candidate": candidate.model_dump(mode="json", exclude={"content"})},
+        excluded_embed_metadata_keys=["candidate"],
+        excluded_llm_metadata_keys=["candidate"],
+    )
+    return NodeWithScore(node=node, score=candidate.similarity if score is None else score)
+
+
+def node_candidate(node: NodeWithScore) -> Candidate:
+    return Candidate.model_validate({**node.node.metadata["candidate"], "content": node.node.get_content()})
+
+
+class L1Retriever(BaseRetriever):
+    """Dense retrieval over Milvus through one path, with an optional category filter."""
+
+    def __init__(
+        self,
+        path: VectorPath,
+        settings: Settings,
+        embed_model: BaseEmbedding,
+        *,
+        category_filter: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.path = path
+        self.settings = settings
+        self.embed_model = embed_model
+        self.category_filter = category_filter
+
+    def filter_expr(self, category: str | None) -> str | None:
+        return equals_expr(self.settings.category_field, category) if category else None
+
+    def search(self, embedding: list[float], category: str | None = None, top_k: int | None = None) -> L1Search:
+        return self.path.search(embedding, top_k or self.settings.top_k, self.filter_expr(category))
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        embedding = query_bundle.embedding or embed_query(self.embed_model, query_bundle.query_str)
+        result = self.search(embedding, self.category_filter)
+        return [candidate_node(c) for c in result.candidates]

@@ -1,0 +1,40 @@
+"""The ``sdk`` path: ``pymilvus.MilvusClient.search`` directly."""
+
+from __future__ import annotations
+
+from pymilvus import MilvusClient
+
+from kb_retrieval.config import Settings
+from kb_retrieval.retrieval.l1.base import L1Search, output_fields, to_candidate
+
+
+class SdkPath:
+    name = "sdk"
+
+    def __init__(self, client: MilvusClient, settings: Settings) -> None:
+        self.client = client
+        self.settings = settings
+        self._fields = output_fields(settings)
+
+    def search(self, embedding: list[float], top_k: int, filter_expr: str | None) -> L1Search:
+        hits = self.client.search(
+            self.settings.collection,
+            data=[embedding],
+            limit=top_k,
+            filter=filter_expr or "",
+            output_fields=self._fields,
+            anns_field=self.settings.vector_field,
+            search_params={"metric_type": self.settings.metric},
+        )[0]
+        candidates = [
+            to_candidate(
+                self.settings,
+                chunk_id=hit["id"],
+                raw_score=hit["distance"],
+                fields=hit["entity"],
+                content=hit["entity"].get(self.settings.content_field, ""),
+                path="sdk",
+            )
+            for hit in hits
+        ]
+        return L1Search(candidates=candidates, path="sdk")

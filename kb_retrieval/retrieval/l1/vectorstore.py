@@ -1,0 +1,75 @@
+"""The ``vectorstore`` path: LlamaIndex ``MilvusVectorStore`` attached to the existing collection.
+
+The store is told our field names (``text_key``, ``embedding_field``, ``output_fields``) and never manages the
+schema or index (``IndexManagement.NO_VALIDATION``). Filters go in as our own escaped expression (``string_expr``)
+rather than ``MetadataFilters``, whose values the store pastes into the expression unescaped.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from llama_index.core.vector_stores.types import VectorStoreQuery
+from llama_index.vector_stores.milvus import MilvusVectorStore
+from llama_index.vector_stores.milvus.base import IndexManagement
+
+from kb_retrieval.config import Settings
+from kb_retrieval.retrieval.l1.base import L1Search, output_fields, to_candidate
+
+
+class VectorStoreUnavailableError(RuntimeError):
+    """The MilvusVectorStore could not be created for the collection."""
+
+
+def make_vector_store(settings: Settings) -> MilvusVectorStore:
+    return MilvusVectorStore(
+        uri=settings.resolved_milvus_uri(),
+        token=settings.milvus_token,
+        collection_name=settings.collection,
+        dim=settings.dim,
+        text_key=settings.content_field,
+        embedding_field=settings.vector_field,
+        doc_id_field=settings.source_field,
+        output_fields=[f for f in output_fields(settings) if f != settings.content_field],
+        similarity_metric=settings.metric,
+        index_management=IndexManagement.NO_VALIDATION,
+        consistency_level="Strong",
+        use_async_client=False,
+    )
+
+
+class VectorStorePath:
+    name = "vectorstore"
+
+    def __init__(self, settings: Settings, store: MilvusVectorStore | None = None) -> None:
+        self.settings = settings
+        self._store = store
+        self._lock = threading.Lock()
+
+    @property
+    def store(self) -> MilvusVectorStore:
+        """Created on first use, so an unavailable store is a per-call failure that ``auto`` can route around."""
+        with self._lock:
+            if self._store is None:
+                self._store = make_vector_store(self.settings)
+            return self._store
+
+    def search(self, embedding: list[float], top_k: int, filter_expr: str | None) -> L1Search:
+        result = self.store.query(
+            VectorStoreQuery(query_embedding=embedding, similarity_top_k=top_k),
+            string_expr=filter_expr or "",
+        )
+        similarities = result.similarities or []
+        ids = result.ids or []
+        candidates = [
+            to_candidate(
+                self.settings,
+                chunk_id=chunk_id,
+                raw_score=score,
+                fields=node.metadata,
+                content=node.get_content(),
+                path="vectorstore",
+            )
+            for node, score, chunk_id in zip(result.nodes or [], similarities, ids, strict=True)
+        ]
+        return L1Search(candidates=candidates, path="vectorstore")

@@ -1,0 +1,47 @@
+"""Stage 1: normalise the query, ask L0 for hints, choose the L1 filter.
+
+Exactly one nonblank L0 domain becomes a category filter; zero or several mean no filter. A query over
+``max_query_chars`` is truncated (bounded work whatever the caller sends) and the trace says so.
+"""
+
+from __future__ import annotations
+
+from kb_retrieval.knowledge.text import clean_text
+from kb_retrieval.models import L0Hints, QueryTransform
+from kb_retrieval.retrieval.l0_hints import L0HintProvider
+
+
+class EmptyQueryError(ValueError):
+    """The query is empty or only whitespace/control characters."""
+
+
+def transform_query(query: str, l0: L0HintProvider | None, max_query_chars: int) -> QueryTransform:
+    if not isinstance(query, str):
+        raise EmptyQueryError(f"query must be a string, got {type(query).__name__}")
+    notes: list[str] = []
+    original = query
+    truncated = len(query) > max_query_chars
+    if truncated:
+        query = query[:max_query_chars]
+        notes.append(f"query truncated from {len(original)} to {max_query_chars} characters")
+    normalized = clean_text(query).replace("\n", " ")
+    if not normalized:
+        raise EmptyQueryError("query is empty: pass a question or an alert text")
+
+    hints = l0.hints(normalized) if l0 is not None else None
+    domains = [d for d in (hints.domains if hints else []) if d.strip()]
+    if len(domains) == 1:
+        category, reason = domains[0], f"exactly one L0 domain: {domains[0]}"
+    elif domains:
+        category, reason = None, f"ambiguous: {len(domains)} L0 domains ({', '.join(domains)})"
+    else:
+        category, reason = None, "no L0 domain"
+    return QueryTransform(
+        original_query=original if not truncated else original[:max_query_chars],
+        normalized_query=normalized,
+        truncated=truncated,
+        notes=notes,
+        hints=hints if hints is not None else L0Hints(),
+        category_filter=category,
+        filter_reason=reason,
+    )

@@ -1,0 +1,180 @@
+"""The ``tool_invocation`` table: one compact row per ``lookup_knowledge`` call, through SQLAlchemy.
+
+A SQLite file in the state directory by default; any SQLAlchemy URL (PostgreSQL, MySQL) for a shared deployment.
+``retrieval_details`` holds the modular pipeline's trace (query transform, every retrieval attempt, rerank trace,
+context pack summary, evidence summaries with content truncated) and never the full evidence content.
+
+A failing trace store never fails a lookup: the error is logged and counted (``TraceStore.failures``) and the
+result says ``trace_recorded = false``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    Integer,
+    String,
+    Text,
+    create_engine,
+    event,
+    func,
+    select,
+)
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from kb_retrieval.models import LookupResult
+
+log = logging.getLogger(__name__)
+TOOL_NAME = "lookup_knowledge"
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class ToolInvocation(Base):
+    __tablename__ = "tool_invocation"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tool_name: Mapped[str] = mapped_column(String(64), index=True)
+    query: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), index=True)
+    duration_ms: Mapped[float] = mapped_column(Float)
+    found: Mapped[bool] = mapped_column(Boolean)
+    evidence_status: Mapped[str] = mapped_column(String(32))
+    retrieval_layer: Mapped[str] = mapped_column(String(16))
+    retrieval_details: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
+def retrieval_details(result: LookupResult, content_chars: int = 160) -> dict[str, Any]:
+    """The compact trace of one call (snake_case keys, as the spec names them)."""
+    hints = result.query_transform.hints
+    transform = result.query_transform.model_dump(mode="json")
+    return {
+        "query_transform": transform,
+        "l0_hints": {
+            "keywords": hints.matched_keywords,
+            "domains": hints.domains,
+            "entities": hints.entities,
+            "titles": hints.matched_titles,
+        },
+        "retrieval_trace": result.retrieval_trace.model_dump(mode="json"),
+        "fallback_reason": result.retrieval_trace.fallback_reason,
+        "rerank_trace": result.rerank_trace.model_dump(mode="json"),
+        "context_pack_summary": result.context_pack.summary.model_dump(mode="json"),
+        "evidence_blocks": [
+            {
+                "source": b.source,
+                "title": b.title,
+                "breadcrumb": b.breadcrumb,
+                "retrieval_layer": b.retrieval_layer,
+                "score": b.score,
+                "similarity": b.similarity,
+                "hit_reasons": b.hit_reasons,
+                "content_preview": b.content[:content_chars],
+                "content_truncated": len(b.content) > content_chars,
+            }
+            for b in result.evidence_blocks
+        ],
+        "candidate_count": result.retrieval_trace.candidate_count,
+        "final_count": result.retrieval_trace.final_count,
+        "relevance_level": result.relevance_level,
+        "completeness_hint": result.completeness_hint,
+        "stage_ms": result.stage_ms,
+    }
+
+
+class TraceStore:
+    """Writes and reads ``tool_invocation`` rows. Thread-safe; SQLite writes are serialised."""
+
+    def __init__(self, url: str, *, content_chars: int = 160, query_chars: int = 4000) -> None:
+        self.url = url
+        self.content_chars = content_chars
+        self.query_chars = query_chars
+        self.failures = 0
+        self.last_error: str | None = None
+        self._lock = threading.Lock()
+        self._is_sqlite = url.startswith("sqlite")
+        if self._is_sqlite and url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        connect_args: dict[str, Any] = {"timeout": 30, "check_same_thread": False} if self._is_sqlite else {}
+        self.engine: Engine = create_engine(url, connect_args=connect_args, pool_pre_ping=not self._is_sqlite)
+        if self._is_sqlite:
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        self._ready = False
+
+    def _ensure_schema(self) -> None:
+        if not self._ready:
+            Base.metadata.create_all(self.engine)
+            self._ready = True
+
+    def record(self, query: str, result: LookupResult, *, tool_name: str = TOOL_NAME) -> bool:
+        """Write one row; on failure log, count, and return False (the lookup still answers)."""
+        row = ToolInvocation(
+            tool_name=tool_name,
+            query=query[: self.query_chars],
+            created_at=dt.datetime.now(dt.timezone.utc),
+            duration_ms=round(result.elapsed_ms, 3),
+            found=result.found,
+            evidence_status=result.evidence_status.value,
+            retrieval_layer=result.retrieval_layer,
+            retrieval_details=retrieval_details(result, self.content_chars),
+        )
+        try:
+            if self._is_sqlite:
+                with self._lock:
+                    self._write(row)
+            else:
+                self._write(row)
+            return True
+        except Exception as exc:
+            self.failures += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            log.error(
+                "trace store %s: could not record lookup (%d failures so far): %s",
+                self._safe_url(),
+                self.failures,
+                exc,
+            )
+            return False
+
+    def _write(self, row: ToolInvocation) -> None:
+        self._ensure_schema()
+        with Session(self.engine) as session, session.begin():
+            session.add(row)
+
+    def rows(self, limit: int | None = None) -> list[ToolInvocation]:
+        self._ensure_schema()
+        with Session(self.engine) as session:
+            stmt = select(ToolInvocation).order_by(ToolInvocation.id)
+            if limit is not None:
+                stmt = stmt.limit(limit)
+            return list(session.scalars(stmt))
+
+    def count(self) -> int:
+        self._ensure_schema()
+        with Session(self.engine) as session:
+            return int(session.scalar(select(func.count()).select_from(ToolInvocation)) or 0)
+
+    def _safe_url(self) -> str:
+        return self.engine.url.render_as_string(hide_password=True)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()

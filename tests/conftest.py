@@ -1,0 +1,46 @@
+"""Shared fixtures: the real embedding model (loaded once), the bundled sample KB ingested into Milvus Lite."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+SAMPLE_KB = REPO / "kb_retrieval" / "sample_kb"
+
+pytest_plugins = ["tests.support.fixtures"] if (Path(__file__).parent / "support" / "fixtures.py").exists() else []
+
+
+@pytest.fixture(scope="session")
+def embed_model():
+    from kb_retrieval.indexing.embeddings import load_embed_model
+
+    return load_embed_model()
+
+
+@pytest.fixture(scope="session")
+def sample_settings(tmp_path_factory: pytest.TempPathFactory, embed_model):
+    """Settings of a state dir holding the sample KB, ingested once per session (Milvus Lite, COSINE)."""
+    from kb_retrieval.config import Settings
+    from kb_retrieval.indexing.ingest import ingest
+
+    settings = Settings(state_dir=tmp_path_factory.mktemp("sample-state"), vector_store_mode="sdk")
+    ingest([SAMPLE_KB], settings, embed_model=embed_model)
+    return settings
+
+
+@pytest.fixture(scope="session")
+def sample_lookup(sample_settings, embed_model) -> Iterator[object]:
+    from kb_retrieval.engine import KnowledgeLookup
+
+    lookup = KnowledgeLookup(sample_settings, embed_model=embed_model)
+    yield lookup
+    lookup.close()

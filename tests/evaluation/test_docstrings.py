@@ -1,0 +1,17 @@
+"""The examples in the package's docstrings run and give what they show."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["errors", "golden", "fixtures", "hit_levels", "metrics", "report", "runner"]
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_docstring_examples(module: str) -> None:
+    result = doctest.testmod(importlib.import_module(f"kb_retrieval.evaluation.{module}"), verbose=False)
+
+    assert result.failed == 0

@@ -1,0 +1,118 @@
+"""The evaluator must run with the runtime stack absent: no Milvus client, no model, no database, no network."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import kb_retrieval.evaluation
+
+HEAVY = ("pymilvus", "milvus_lite", "llama_index", "torch", "transformers", "sentence_transformers", "sqlalchemy")
+PACKAGE = Path(kb_retrieval.evaluation.__file__).parent
+
+# Installed before anything else is imported: importing a heavy package raises, and so does any connection.
+BLOCKER = textwrap.dedent(
+    f"""
+    import socket, sys
+
+    HEAVY = {HEAVY!r}
+    assert not [name for name in sys.modules if name.split(".")[0] in HEAVY], "already imported"
+
+    class BlockHeavyImports:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in HEAVY:
+                raise ImportError(f"blocked by test: {{name}}")
+            return None
+
+    sys.meta_path.insert(0, BlockHeavyImports())
+
+    def no_network(*args, **kwargs):
+        raise OSError("network blocked by test")
+
+    socket.socket.connect = no_network
+    socket.socket.connect_ex = no_network
+    socket.create_connection = no_network
+
+    for name in HEAVY:  # the blocker works
+        try:
+            __import__(name)
+        except ImportError:
+            pass
+        else:
+            raise SystemExit(f"{{name}} was importable")
+
+    import runpy
+    sys.argv = ["python -m kb_retrieval.evaluation", *sys.argv[1:]]
+    try:
+        runpy.run_module("kb_retrieval.evaluation", run_name="__main__", alter_sys=True)
+    except SystemExit as exit:
+        code = exit.code
+    else:
+        code = 0
+    loaded = sorted(name for name in sys.modules if name.split(".")[0] in HEAVY)
+    print("heavy modules loaded:", loaded)
+    sys.exit(code)
+    """
+)
+
+
+def test_evaluator_runs_with_heavy_packages_and_network_blocked(
+    golden_path: Path, fixtures_dir: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    completed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            BLOCKER,
+            "--golden",
+            str(golden_path),
+            "--fixtures",
+            str(fixtures_dir),
+            "--out",
+            str(out),
+            "--fail-under",
+            "recall@3=0.6",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+    assert completed.returncode == 0, completed.stderr
+    assert "heavy modules loaded: []" in completed.stdout
+    assert (out / "baseline.json").is_file()
+    assert (out / "baseline.md").read_text(encoding="utf-8").startswith("# Retrieval evaluation: baseline\n")
+
+
+# The fixture recorder is the one bridge to the live pipeline: it may import the runtime, but only lazily
+# (inside functions or under TYPE_CHECKING), so importing kb_retrieval.evaluation stays light.
+RUNTIME_BRIDGES = {"recorder.py"}
+
+
+def _imported_names(tree: ast.AST, module_level_only: bool) -> list[str]:
+    nodes = ast.iter_child_nodes(tree) if module_level_only else ast.walk(tree)
+    names = []
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+    return names
+
+
+def test_package_imports_only_the_standard_library_pydantic_ranx_and_itself() -> None:
+    allowed_roots = set(sys.stdlib_module_names) | {"pydantic", "ranx"}
+    offending = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for name in _imported_names(tree, module_level_only=path.name in RUNTIME_BRIDGES):
+            inside = name == "kb_retrieval.evaluation" or name.startswith("kb_retrieval.evaluation.")
+            if not inside and name.split(".")[0] not in allowed_roots:
+                offending.append(f"{path.name}: {name}")
+
+    assert offending == []

@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kb_retrieval.evaluation import EvalReport, evaluate, render_markdown, write_report
+from kb_retrieval.evaluation.runner import display_path
+
+
+def test_reports_are_byte_identical_across_runs_and_directories(
+    golden_path: Path, fixtures_dir: Path, tmp_path: Path
+) -> None:
+    first = write_report(evaluate(golden_path, fixtures_dir), tmp_path / "one", "baseline")
+    second = write_report(evaluate(golden_path, fixtures_dir), tmp_path / "two" / "nested", "baseline")
+
+    assert [path.name for path in first] == ["baseline.json", "baseline.md"]
+    for a, b in zip(first, second, strict=True):
+        assert a.read_bytes() == b.read_bytes()
+
+
+def test_report_holds_no_absolute_or_output_paths(
+    golden_path: Path, fixtures_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Inputs given as absolute paths are stored relative to the working directory.
+    work = tmp_path / "repo"
+    shutil.copytree(golden_path.parent, work / "golden")
+    monkeypatch.chdir(work)
+
+    report = evaluate(work / "golden" / golden_path.name, (work / "golden" / fixtures_dir.name).resolve())
+    json_path, markdown_path = write_report(report, work / "out")
+
+    assert (report.golden, report.fixtures) == ("golden/golden.jsonl", "golden/fixtures")
+    for path in (json_path, markdown_path):
+        text = path.read_text(encoding="utf-8")
+        assert str(tmp_path) not in text
+        assert "golden/golden.jsonl" in text
+
+
+def test_display_path() -> None:
+    assert display_path("golden/./sample.jsonl") == "golden/sample.jsonl"
+    assert display_path(Path.cwd() / "a" / "b.jsonl") == "a/b.jsonl"
+    assert not os.path.isabs(display_path("/somewhere/else.jsonl"))
+
+
+def test_json_report_is_sorted_and_loads_back(golden_path: Path, fixtures_dir: Path, tmp_path: Path) -> None:
+    json_path, _ = write_report(evaluate(golden_path, fixtures_dir), tmp_path)
+    text = json_path.read_text(encoding="utf-8")
+    data = json.loads(text)
+
+    assert text == json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    report = EvalReport.model_validate(data)
+    assert [case.case_id for case in report.cases][:2] == ["chat-strong-breadcrumb", "aiops-strong-keywords"]
+    assert "ranking" not in data["cases"][0]
+    assert data["ks"] == [1, 3, 5, 10]
+    assert data["cases"][3] == {
+        "case_id": "chat-miss",
+        "scenario": "chat",
+        "status": "miss",
+        "first_expected_rank": None,
+        "top_candidates": ["nginx/ingress-5xx.md > Ingress 5xx > Diagnosis", "k8s/secrets.md > Secrets > Rotation"],
+        "failed_checks": ["expected doc not retrieved"],
+    }
+
+
+def test_markdown_reads_on_its_own(golden_path: Path, fixtures_dir: Path) -> None:
+    markdown = render_markdown(evaluate(golden_path, fixtures_dir), "baseline")
+    lines = markdown.splitlines()
+
+    assert lines[0] == "# Retrieval evaluation: baseline"
+    assert lines[2].startswith("Offline evaluation of 9 golden cases from `")
+    sections = [line for line in lines if line.startswith("## ")]
+    assert sections == ["## Summary", "## Cases", "## Definitions", "## Regenerate"]
+    assert "| metric | overall | aiops | chat |" in lines
+    assert "| recall@5 | 0.6000 | 0.6667 | 0.5000 |" in lines
+    rows = {line.split(" | ")[1]: line for line in lines if line.startswith("| ") and " | `" in line}
+    assert "**MISS**" in rows["`chat-miss`"]
+    assert "**MISS**" in rows["`aiops-miss-withheld`"]
+    assert "**WRONG no-answer**" in rows["`aiops-no-answer-wrong`"]
+    assert "**NOT RUN**" in rows["`chat/missing fixture`"]
+    assert "| strong | 1 |" in rows["`chat-strong-breadcrumb`"]
+    assert "K = 1 3 5 10" in markdown
+    assert markdown.endswith("```\n")
+
+
+def test_markdown_escapes_table_breaking_text(golden_path: Path, fixtures_dir: Path) -> None:
+    report = evaluate(golden_path, fixtures_dir)
+    case = report.cases[0].model_copy(
+        update={"case_id": "a|b", "top_candidates": ["x.md > A | B"], "failed_checks": ["keyword 'a|<b>' not found"]}
+    )
+    markdown = render_markdown(report.model_copy(update={"cases": [case]}))
+
+    row = next(line for line in markdown.splitlines() if line.startswith("| 1 |"))
+    assert row.count(" | ") == 6  # seven cells, no stray separators
+    assert "&lt;b>" in row
+
+
+@pytest.mark.parametrize("name", ["", "..", "a/b", "../x"])
+def test_report_name_must_be_a_plain_file_name(
+    golden_path: Path, fixtures_dir: Path, tmp_path: Path, name: str
+) -> None:
+    with pytest.raises(ValueError, match="plain file name"):
+        write_report(evaluate(golden_path, fixtures_dir), tmp_path, name)

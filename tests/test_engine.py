@@ -1,0 +1,276 @@
+"""Every scenario of the lookup_knowledge spec (../shared/spec/000_*.txt), against Milvus Lite and the real model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kb_retrieval.config import Settings
+from kb_retrieval.engine import KnowledgeLookup
+from kb_retrieval.indexing.l0_index import L0Entry, L0Index
+from kb_retrieval.models import EvidenceStatus
+
+ALERT = "RedisMemoryHigh: Redis memory usage above 90% of maxmemory on redis-cache-01:6379"
+
+
+def _lookup(settings: Settings, embed_model, **changes) -> KnowledgeLookup:
+    return KnowledgeLookup(settings.model_copy(update=changes), embed_model=embed_model)
+
+
+def _details(lookup: KnowledgeLookup) -> dict:
+    return lookup.traces.rows()[-1].retrieval_details
+
+
+# --- L0 is a hint provider ----------------------------------------------------------------------------------
+
+
+def test_l0_exposes_structured_hints(sample_lookup):
+    result = sample_lookup.lookup("RedisMemoryHigh fired; INFO memory shows used_memory near maxmemory")
+    hints = result.query_transform.hints
+    assert "RedisMemoryHigh" in hints.matched_keywords
+    assert hints.domains == ["redis"]
+    assert "INFO memory" in hints.entities
+    assert "redis/memory-usage-high.md" in hints.matched_sources
+
+
+def test_title_match_is_a_hint(sample_lookup):
+    result = sample_lookup.lookup("understanding linux load average on a busy box")
+    assert "Understanding Linux load average" in result.query_transform.hints.matched_titles
+
+
+def test_single_l0_match_still_runs_l1(sample_lookup):
+    result = sample_lookup.lookup("MySQLTooManyConnections")
+    assert result.query_transform.hints.matched_sources == ["mysql/too-many-connections.md"]
+    attempts = result.retrieval_trace.attempts
+    assert attempts and attempts[0].candidate_count > 0
+    assert result.evidence_blocks[0].source == "mysql/too-many-connections.md"
+    assert result.evidence_blocks[0].hit_reasons[0].startswith("l1_semantic:")
+
+
+def test_l0_documents_never_become_evidence_when_l1_finds_nothing(sample_settings, embed_model):
+    lookup = _lookup(sample_settings, embed_model, evidence_threshold=0.999)
+    result = lookup.lookup(ALERT)
+    assert result.query_transform.hints.matched_sources  # L0 did match documents
+    assert result.found is False
+    assert result.evidence_blocks == [] and result.context_pack.blocks == []
+    details = _details(lookup)
+    assert details["l0_hints"]["keywords"]  # hints may still be recorded
+    assert details["evidence_blocks"] == []
+
+
+def test_l1_disabled_by_configuration_returns_no_evidence_but_hints(sample_settings, embed_model):
+    lookup = _lookup(sample_settings, embed_model, l1_enabled=False)
+    result = lookup.lookup(ALERT)
+    assert result.found is False and result.retrieval_trace.attempts == []
+    assert "disabled" in result.message
+    assert result.query_transform.hints.matched_keywords
+
+
+# --- domain filter -------------------------------------------------------------------------------------------
+
+
+def test_single_domain_becomes_category_filter(sample_lookup):
+    result = sample_lookup.lookup(ALERT)
+    first = result.retrieval_trace.attempts[0]
+    assert result.query_transform.category_filter == "redis"
+    assert first.filtered and first.filter_expr == 'category == "redis"'
+    assert {b.category for b in result.evidence_blocks} == {"redis"}
+
+
+def test_two_domains_mean_no_filter(sample_lookup):
+    result = sample_lookup.lookup("KubeContainerOOMKilled and JvmMetaspaceHigh both firing for checkout")
+    assert result.query_transform.hints.domains == ["jvm", "kubernetes"]
+    assert result.query_transform.category_filter is None
+    assert "ambiguous" in result.query_transform.filter_reason
+    assert not result.retrieval_trace.attempts[0].filtered
+
+
+def test_no_domain_means_no_filter(sample_lookup):
+    result = sample_lookup.lookup("which garbage collector keeps pauses short for a latency sensitive service")
+    assert result.query_transform.hints.domains == []
+    assert result.query_transform.category_filter is None
+    assert len(result.retrieval_trace.attempts) == 1
+
+
+# --- persisted hints and layer ---------------------------------------------------------------------------------
+
+
+def test_retrieval_details_persist_l0_hints_and_layer(sample_lookup):
+    before = sample_lookup.traces.count()
+    result = sample_lookup.lookup(ALERT)
+    assert sample_lookup.traces.count() == before + 1
+    row = sample_lookup.traces.rows()[-1]
+    assert row.tool_name == "lookup_knowledge" and row.query == ALERT and row.found
+    hints = row.retrieval_details["l0_hints"]
+    assert hints["keywords"] == result.query_transform.hints.matched_keywords
+    assert hints["domains"] == ["redis"] and "entities" in hints and "titles" in hints
+    assert row.retrieval_layer == "L0+L1" == result.retrieval_layer
+
+
+def test_layer_is_l1_without_hints(sample_lookup):
+    result = sample_lookup.lookup("which garbage collector keeps pauses short for a latency sensitive service")
+    assert result.query_transform.hints.empty
+    assert result.retrieval_layer == "L1"
+    assert all(b.retrieval_layer == "L1" for b in result.evidence_blocks)
+
+
+# --- evidence blocks ---------------------------------------------------------------------------------------------
+
+
+def test_evidence_blocks_carry_source_metadata_and_reasons(sample_lookup):
+    result = sample_lookup.lookup(ALERT)
+    top = result.evidence_blocks[0]
+    assert top.source == "redis/memory-usage-high.md"
+    assert top.title == "Redis memory usage high"
+    assert top.breadcrumb and top.breadcrumb.startswith("Redis memory usage high")
+    assert top.retrieval_layer == "L0+L1"
+    assert top.content.strip()
+    assert "l0_keyword:RedisMemoryHigh" in top.hit_reasons
+
+
+def test_result_json_uses_spec_names_and_no_legacy_fields(sample_lookup):
+    data = sample_lookup.lookup(ALERT).to_json_dict()
+    for key in ("found", "message", "evidenceBlocks", "contextPack", "retrievalTrace", "rerankTrace"):
+        assert key in data
+    assert data["relevanceLevel"] in {"high", "medium", "low"} and data["completenessHint"]
+    assert "primary" not in data and "supplement" not in data
+    assert {"source", "title", "breadcrumb", "retrievalLayer", "content", "hitReasons"} <= set(data["evidenceBlocks"][0])
+
+
+def test_agent_text_derives_from_evidence_and_pack(sample_lookup):
+    from kb_retrieval.engine import agent_text
+
+    result = sample_lookup.lookup(ALERT)
+    text = agent_text(result)
+    assert result.context_pack.text in text
+    for block in result.context_pack.blocks:
+        assert f"source: {block.source}" in text
+
+
+# --- dedupe and counts ---------------------------------------------------------------------------------------------
+
+
+def test_one_block_per_source_with_merged_reasons(sample_lookup):
+    result = sample_lookup.lookup("RedisMemoryHigh maxmemory eviction used_memory fragmentation")
+    sources = [b.source for b in result.evidence_blocks]
+    assert len(sources) == len(set(sources))
+    attempt = result.retrieval_trace.attempts[result.retrieval_trace.selected_attempt - 1]
+    assert attempt.candidate_count > len(sources)  # several chunks of one document collapsed
+
+
+def test_counts_are_recorded(sample_lookup):
+    result = sample_lookup.lookup(ALERT)
+    details = _details(sample_lookup)
+    assert details["candidate_count"] == result.retrieval_trace.candidate_count > 0
+    assert details["final_count"] == len(result.evidence_blocks) > 0
+
+
+def test_evidence_summaries_are_compact(sample_lookup):
+    result = sample_lookup.lookup(ALERT)
+    details = _details(sample_lookup)
+    summaries = details["evidence_blocks"]
+    assert [s["source"] for s in summaries] == [b.source for b in result.evidence_blocks]
+    for summary, block in zip(summaries, result.evidence_blocks, strict=True):
+        assert {"title", "retrieval_layer", "score", "hit_reasons"} <= set(summary)
+        assert len(summary["content_preview"]) <= 160
+        assert "content" not in summary
+    longest = max(result.evidence_blocks, key=lambda b: len(b.content))
+    assert longest.content not in json.dumps(details)
+
+
+def test_evidence_lookup_persists_modular_keys(sample_lookup):
+    sample_lookup.lookup(ALERT)
+    details = _details(sample_lookup)
+    for key in ("query_transform", "retrieval_trace", "context_pack_summary", "rerank_trace", "evidence_blocks"):
+        assert key in details
+
+
+# --- fallback --------------------------------------------------------------------------------------------------------
+
+
+def test_filtered_success_uses_filtered_candidates_without_retry(sample_lookup):
+    result = sample_lookup.lookup(ALERT)
+    trace = result.retrieval_trace
+    assert len(trace.attempts) == 1 and trace.attempts[0].outcome == "ok"
+    assert trace.selected_attempt == 1 and trace.fallback_reason is None
+
+
+def test_filtered_no_candidates_retries_unfiltered(sample_settings, embed_model, tmp_path):
+    # An L0 entry in a category with no rows in Milvus: the filtered attempt finds nothing.
+    index = L0Index.load(sample_settings.l0_index_path())
+    index.documents["ghost/ghost.md"] = L0Entry(kb="elsewhere", title="Ghost", category="ghost", keywords=["GhostAlert"])
+    settings = sample_settings.model_copy(update={"state_dir": tmp_path})
+    settings.l0_index_path().parent.mkdir(parents=True)
+    index.save(settings.l0_index_path())
+    lookup = KnowledgeLookup(settings.model_copy(update={"milvus_uri": sample_settings.resolved_milvus_uri()}), embed_model=embed_model)
+    result = lookup.lookup("GhostAlert: redis memory usage above maxmemory")
+    trace = result.retrieval_trace
+    assert [a.outcome for a in trace.attempts][0] == "no_candidates"
+    assert trace.attempts[0].category_filter == "ghost" and not trace.attempts[1].filtered
+    assert trace.fallback_reason == "filtered_vector_no_evidence"
+    assert trace.selected_attempt == 2 and result.found
+    details = _details(lookup)
+    assert details["fallback_reason"] == "filtered_vector_no_evidence"
+    assert details["retrieval_trace"]["selected_attempt"] == 2
+
+
+def test_filtered_below_reference_retries_unfiltered(sample_settings, embed_model):
+    lookup = _lookup(sample_settings, embed_model, reference_threshold=0.99)
+    result = lookup.lookup(ALERT)
+    trace = result.retrieval_trace
+    assert trace.attempts[0].outcome == "low_quality" and trace.attempts[0].top_similarity < 0.99
+    assert trace.fallback_reason == "filtered_vector_low_quality"
+    assert trace.attempts[1].filtered is False and trace.attempts[1].query == result.query_transform.normalized_query
+    assert trace.selected_attempt == 2
+    assert _details(lookup)["fallback_reason"] == "filtered_vector_low_quality"
+
+
+def test_both_attempts_fail(sample_settings, embed_model):
+    lookup = _lookup(sample_settings, embed_model, evidence_threshold=0.999)
+    result = lookup.lookup(ALERT)
+    assert result.found is False and result.evidence_status is EvidenceStatus.NO_EVIDENCE
+    assert "No knowledge evidence" in result.message
+    assert [a.filtered for a in result.retrieval_trace.attempts] == [True, False]
+    assert result.retrieval_trace.fallback_reason == "filtered_vector_no_evidence"
+    assert result.relevance_level == "none" and result.completeness_hint == "no_evidence"
+    details = _details(lookup)
+    assert len(details["retrieval_trace"]["attempts"]) == 2
+    assert details["evidence_blocks"] == []
+
+
+def test_no_answer_question_is_not_found(sample_lookup):
+    result = sample_lookup.lookup("How do I rebalance partitions of a Kafka consumer group?")
+    assert result.found is False
+    assert result.retrieval_trace.attempts  # the attempted path is still traced
+
+
+# --- context pack and rerank trace -------------------------------------------------------------------------------------
+
+
+def test_context_pack_respects_budget_and_keeps_metadata(sample_settings, embed_model):
+    lookup = _lookup(sample_settings, embed_model, context_budget_tokens=120)
+    result = lookup.lookup("RedisMemoryHigh maxmemory eviction used_memory fragmentation")
+    summary = result.context_pack.summary
+    assert summary.used_tokens <= 120
+    assert summary.truncated_sources or summary.omitted_sources
+    assert summary.included_sources + summary.omitted_sources == [b.source for b in result.evidence_blocks]
+    for block in result.context_pack.blocks:
+        assert block.source and block.title
+
+
+def test_rerank_trace_records_contributions(sample_lookup):
+    result = sample_lookup.lookup(ALERT)
+    entries = result.rerank_trace.entries
+    assert [e.rank for e in entries] == list(range(1, len(entries) + 1))
+    top = entries[0]
+    assert top.source == result.evidence_blocks[0].source
+    assert top.boosts.get("l0_keyword", 0) > 0
+    assert top.final_score == pytest.approx(top.base_score + sum(top.boosts.values()), abs=1e-5)
+
+
+def test_empty_query_is_a_clear_error(sample_lookup):
+    from kb_retrieval.retrieval.query_transform import EmptyQueryError
+
+    with pytest.raises(EmptyQueryError, match="empty"):
+        sample_lookup.lookup("  \n\t ")
