@@ -85,10 +85,11 @@ class Settings(BaseSettings):
         description="A filtered attempt whose top normalised similarity is below this is retried unfiltered.",
     )
     evidence_threshold: float = Field(
-        default=0.35,
+        default=0.42,
         ge=0,
         le=1,
-        description="A candidate whose normalised similarity is below this is not usable evidence.",
+        description="A candidate whose final score (normalised similarity + L0 boosts) is below this is not usable "
+        "evidence.",
     )
     context_budget_tokens: int = Field(default=1200, ge=64, description="Token budget of the context pack.")
     max_query_chars: int = Field(default=4000, ge=16, description="Longer queries are truncated (noted).")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from llama_index.core.tools import FunctionTool, ToolMetadata
+from llama_index.core.tools import FunctionTool
 
 from kb_retrieval.engine import agent_text
 from kb_retrieval.retrieval.query_transform import EmptyQueryError
@@ -43,7 +43,4 @@ def make_lookup_tool(lookup: KnowledgeLookup) -> FunctionTool:
             log.exception("lookup_knowledge failed")
             return f"lookup_knowledge error: the lookup failed ({type(exc).__name__}); no evidence returned."
 
-    return FunctionTool.from_defaults(
-        fn=lookup_knowledge,
-        tool_metadata=ToolMetadata(name=TOOL_NAME, description=TOOL_DESCRIPTION),
-    )
+    return FunctionTool.from_defaults(fn=lookup_knowledge, name=TOOL_NAME, description=TOOL_DESCRIPTION)

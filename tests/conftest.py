@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
 SAMPLE_KB = REPO / "kb_retrieval" / "sample_kb"
 
-pytest_plugins = ["tests.support.fixtures"] if (Path(__file__).parent / "support" / "fixtures.py").exists() else []
+pytest_plugins = ["tests.support.fixtures"]
 
 
 @pytest.fixture(scope="session")

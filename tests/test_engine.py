@@ -10,12 +10,26 @@ from kb_retrieval.config import Settings
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing.l0_index import L0Entry, L0Index
 from kb_retrieval.models import EvidenceStatus
+from kb_retrieval.retrieval.l1.base import L1Search
 
 ALERT = "RedisMemoryHigh: Redis memory usage above 90% of maxmemory on redis-cache-01:6379"
 
 
 def _lookup(settings: Settings, embed_model, **changes) -> KnowledgeLookup:
     return KnowledgeLookup(settings.model_copy(update=changes), embed_model=embed_model)
+
+
+class EmptyPath:
+    """A vector-store path on which L1 finds nothing (an empty or unrelated collection)."""
+
+    name = "sdk"
+
+    def search(self, embedding, top_k, filter_expr) -> L1Search:
+        return L1Search(candidates=[], path="sdk")
+
+
+def _empty_l1(settings: Settings, embed_model) -> KnowledgeLookup:
+    return KnowledgeLookup(settings, embed_model=embed_model, path=EmptyPath())
 
 
 def _details(lookup: KnowledgeLookup) -> dict:
@@ -49,7 +63,7 @@ def test_single_l0_match_still_runs_l1(sample_lookup):
 
 
 def test_l0_documents_never_become_evidence_when_l1_finds_nothing(sample_settings, embed_model):
-    lookup = _lookup(sample_settings, embed_model, evidence_threshold=0.999)
+    lookup = _empty_l1(sample_settings, embed_model)
     result = lookup.lookup(ALERT)
     assert result.query_transform.hints.matched_sources  # L0 did match documents
     assert result.found is False
@@ -135,7 +149,9 @@ def test_result_json_uses_spec_names_and_no_legacy_fields(sample_lookup):
         assert key in data
     assert data["relevanceLevel"] in {"high", "medium", "low"} and data["completenessHint"]
     assert "primary" not in data and "supplement" not in data
-    assert {"source", "title", "breadcrumb", "retrievalLayer", "content", "hitReasons"} <= set(data["evidenceBlocks"][0])
+    assert {"source", "title", "breadcrumb", "retrievalLayer", "content", "hitReasons"} <= set(
+        data["evidenceBlocks"][0]
+    )
 
 
 def test_agent_text_derives_from_evidence_and_pack(sample_lookup):
@@ -171,7 +187,7 @@ def test_evidence_summaries_are_compact(sample_lookup):
     details = _details(sample_lookup)
     summaries = details["evidence_blocks"]
     assert [s["source"] for s in summaries] == [b.source for b in result.evidence_blocks]
-    for summary, block in zip(summaries, result.evidence_blocks, strict=True):
+    for summary in summaries:
         assert {"title", "retrieval_layer", "score", "hit_reasons"} <= set(summary)
         assert len(summary["content_preview"]) <= 160
         assert "content" not in summary
@@ -199,14 +215,18 @@ def test_filtered_success_uses_filtered_candidates_without_retry(sample_lookup):
 def test_filtered_no_candidates_retries_unfiltered(sample_settings, embed_model, tmp_path):
     # An L0 entry in a category with no rows in Milvus: the filtered attempt finds nothing.
     index = L0Index.load(sample_settings.l0_index_path())
-    index.documents["ghost/ghost.md"] = L0Entry(kb="elsewhere", title="Ghost", category="ghost", keywords=["GhostAlert"])
+    index.documents["ghost/ghost.md"] = L0Entry(
+        kb="elsewhere", title="Ghost", category="ghost", keywords=["GhostAlert"]
+    )
     settings = sample_settings.model_copy(update={"state_dir": tmp_path})
     settings.l0_index_path().parent.mkdir(parents=True)
     index.save(settings.l0_index_path())
-    lookup = KnowledgeLookup(settings.model_copy(update={"milvus_uri": sample_settings.resolved_milvus_uri()}), embed_model=embed_model)
+    lookup = KnowledgeLookup(
+        settings.model_copy(update={"milvus_uri": sample_settings.resolved_milvus_uri()}), embed_model=embed_model
+    )
     result = lookup.lookup("GhostAlert: redis memory usage above maxmemory")
     trace = result.retrieval_trace
-    assert [a.outcome for a in trace.attempts][0] == "no_candidates"
+    assert trace.attempts[0].outcome == "no_candidates"
     assert trace.attempts[0].category_filter == "ghost" and not trace.attempts[1].filtered
     assert trace.fallback_reason == "filtered_vector_no_evidence"
     assert trace.selected_attempt == 2 and result.found
@@ -227,13 +247,14 @@ def test_filtered_below_reference_retries_unfiltered(sample_settings, embed_mode
 
 
 def test_both_attempts_fail(sample_settings, embed_model):
-    lookup = _lookup(sample_settings, embed_model, evidence_threshold=0.999)
+    lookup = _empty_l1(sample_settings, embed_model)
     result = lookup.lookup(ALERT)
     assert result.found is False and result.evidence_status is EvidenceStatus.NO_EVIDENCE
     assert "No knowledge evidence" in result.message
     assert [a.filtered for a in result.retrieval_trace.attempts] == [True, False]
     assert result.retrieval_trace.fallback_reason == "filtered_vector_no_evidence"
     assert result.relevance_level == "none" and result.completeness_hint == "no_evidence"
+    assert result.evidence_blocks == [] and result.context_pack.text == ""
     details = _details(lookup)
     assert len(details["retrieval_trace"]["attempts"]) == 2
     assert details["evidence_blocks"] == []
@@ -245,7 +266,7 @@ def test_no_answer_question_is_not_found(sample_lookup):
     assert result.retrieval_trace.attempts  # the attempted path is still traced
 
 
-# --- context pack and rerank trace -------------------------------------------------------------------------------------
+# --- context pack and rerank trace ---------------------------------------------------------------------------
 
 
 def test_context_pack_respects_budget_and_keeps_metadata(sample_settings, embed_model):
@@ -274,3 +295,12 @@ def test_empty_query_is_a_clear_error(sample_lookup):
 
     with pytest.raises(EmptyQueryError, match="empty"):
         sample_lookup.lookup("  \n\t ")
+
+
+def test_weak_candidates_everywhere_mean_no_evidence(sample_settings, embed_model):
+    # Both attempts return candidates, none strong enough: no_evidence on the filtered one, then on the retry.
+    lookup = _lookup(sample_settings, embed_model, evidence_threshold=1.0)
+    result = lookup.lookup("RedisSentinelFailover")
+    assert [a.outcome for a in result.retrieval_trace.attempts] == ["no_evidence", "no_evidence"]
+    assert all(a.candidate_count > 0 for a in result.retrieval_trace.attempts)
+    assert result.found is False and result.retrieval_trace.fallback_reason == "filtered_vector_no_evidence"

@@ -1,8 +1,13 @@
-"""Errors raised on bad evaluation inputs; each message names the file (and line or field) at fault."""
+"""Errors raised on bad evaluation inputs, and the JSON parser that raises them naming file, line and field."""
 
 from __future__ import annotations
 
-from pydantic import ValidationError
+import json
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+Model = TypeVar("Model", bound=BaseModel)
 
 
 class EvaluationInputError(ValueError):
@@ -33,3 +38,28 @@ def describe_validation_error(error: ValidationError) -> str:
         message = "is required" if detail["type"] == "missing" else detail["msg"].removeprefix("Value error, ")
         parts.append(f"field {field!r}: {message}" if field else message)
     return "; ".join(parts)
+
+
+def parse_json_object(text: str, model: type[Model], where: str, error_type: type[EvaluationInputError]) -> Model:
+    """Parse one JSON object into ``model``; every problem raises ``error_type`` prefixed with ``where``.
+
+    Args:
+        text: The JSON text (one golden line, or a whole fixture file).
+        model: The pydantic model to validate against.
+        where: The location to name, e.g. ``golden.jsonl:7`` or ``fixtures/c1.json``.
+        error_type: The error to raise.
+
+    Returns:
+        The validated model.
+    """
+    try:
+        data: Any = json.loads(text)
+    except json.JSONDecodeError as error:
+        position = f"column {error.colno}" if "\n" not in text.strip() else f"line {error.lineno}"
+        raise error_type(f"{where}: invalid JSON: {error.msg} ({position})") from None
+    if not isinstance(data, dict):
+        raise error_type(f"{where}: expected a JSON object, got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        raise error_type(f"{where}: {describe_validation_error(error)}") from None

@@ -18,9 +18,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from kb_retrieval.evaluation.errors import FixtureError, describe_validation_error
+from kb_retrieval.evaluation.errors import FixtureError, parse_json_object
 
 
 class FixtureCandidate(BaseModel):
@@ -216,16 +216,7 @@ def load_fixture(directory: str | Path, case_id: str) -> Fixture | None:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
-    try:
-        data: Any = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise FixtureError(f"{path}: invalid JSON: {error.msg} (line {error.lineno})") from None
-    if not isinstance(data, dict):
-        raise FixtureError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    try:
-        fixture = Fixture.model_validate(data)
-    except ValidationError as error:
-        raise FixtureError(f"{path}: {describe_validation_error(error)}") from None
+    fixture = parse_json_object(text, Fixture, str(path), FixtureError)
     if fixture.case_id != case_id:
         raise FixtureError(f"{path}: holds case_id {fixture.case_id!r}, expected {case_id!r}")
     return fixture

@@ -18,13 +18,12 @@ answer, so the right lookup result is ``found=false`` / no evidence.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from kb_retrieval.evaluation.errors import GoldenCaseError, describe_validation_error
+from kb_retrieval.evaluation.errors import GoldenCaseError, parse_json_object
 
 #: Relevance grade of a document listed in ``expected_docs`` (used for nDCG).
 EXPECTED_RELEVANCE = 2
@@ -158,7 +157,7 @@ def load_golden(path: str | Path) -> list[GoldenCase]:
             if not line.strip():
                 continue
             where = f"{path}:{line_number}"
-            case = _parse_line(line, where)
+            case = parse_json_object(line, GoldenCase, where, GoldenCaseError)
             if case.case_id in first_line_of:
                 raise GoldenCaseError(
                     f"{where}: field 'case_id': duplicate case_id {case.case_id!r} "
@@ -167,16 +166,3 @@ def load_golden(path: str | Path) -> list[GoldenCase]:
             first_line_of[case.case_id] = line_number
             cases.append(case)
     return cases
-
-
-def _parse_line(line: str, where: str) -> GoldenCase:
-    try:
-        data: Any = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise GoldenCaseError(f"{where}: invalid JSON: {error.msg} (column {error.colno})") from None
-    if not isinstance(data, dict):
-        raise GoldenCaseError(f"{where}: expected a JSON object, got {type(data).__name__}")
-    try:
-        return GoldenCase.model_validate(data)
-    except ValidationError as error:
-        raise GoldenCaseError(f"{where}: {describe_validation_error(error)}") from None

@@ -81,10 +81,10 @@ def normalise_ks(ks: Iterable[int]) -> tuple[int, ...]:
     Raises:
         ValueError: A cut-off is not a positive integer, or none is given.
     """
-    values = sorted(set(ks))
-    if not values or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in values):
-        raise ValueError(f"K values must be positive integers, got {list(ks)}")
-    return tuple(values)
+    given = list(ks)
+    if not given or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in given):
+        raise ValueError(f"K values must be positive integers, got {given}")
+    return tuple(sorted(set(given)))
 
 
 def compute_metrics(
@@ -144,6 +144,31 @@ def ranking_scores(cases: Sequence[GoldenCase], results: Sequence[CaseResult]) -
     return {case_id: {metric: float(ranx_run.scores[metric][case_id]) for metric in _RANX_METRICS} for case_id in qrels}
 
 
+def failed_thresholds(metrics: MetricSet, thresholds: Iterable[tuple[str, float]]) -> list[str]:
+    """Check ``--fail-under`` thresholds against a metric set.
+
+    A rate passes when it is at least its threshold; a rate that could not be computed (None) fails.
+
+    Args:
+        metrics: Usually the overall metrics.
+        thresholds: ``(name, minimum)`` pairs; every name must be in ``metrics.scores``.
+
+    Returns:
+        One message per failed threshold, e.g. ``recall@5 = 0.6667 is below 0.8``.
+
+    Raises:
+        KeyError: A name is not a known rate.
+    """
+    failures = []
+    for name, minimum in thresholds:
+        value = metrics.scores[name]
+        if value is None:
+            failures.append(f"{name} is not available (no cases to compute it on), required >= {minimum:g}")
+        elif value < minimum:
+            failures.append(f"{name} = {value:.4f} is below {minimum:g}")
+    return failures
+
+
 def _aggregate(results: Sequence[CaseResult], per_case: dict[str, dict[str, float]], ks: tuple[int, ...]) -> MetricSet:
     statuses = [result.status for result in results]
     answerable = [result for result in results if result.is_answerable_run]
@@ -180,28 +205,3 @@ def _share(count: int, total: int) -> float | None:
 
 def _round(value: float) -> float:
     return round(value, DECIMALS)
-
-
-def failed_thresholds(metrics: MetricSet, thresholds: Iterable[tuple[str, float]]) -> list[str]:
-    """Check ``--fail-under`` thresholds against a metric set.
-
-    A rate passes when it is at least its threshold; a rate that could not be computed (None) fails.
-
-    Args:
-        metrics: Usually the overall metrics.
-        thresholds: ``(name, minimum)`` pairs; every name must be in ``metrics.scores``.
-
-    Returns:
-        One message per failed threshold, e.g. ``recall@5 = 0.6667 is below 0.8``.
-
-    Raises:
-        KeyError: A name is not a known rate.
-    """
-    failures = []
-    for name, minimum in thresholds:
-        value = metrics.scores[name]
-        if value is None:
-            failures.append(f"{name} is not available (no cases to compute it on), required >= {minimum:g}")
-        elif value < minimum:
-            failures.append(f"{name} = {value:.4f} is below {minimum:g}")
-    return failures

@@ -212,7 +212,7 @@ class _Writer:
         self.client = client
         self.settings = settings
         self.model = model
-        self.batch = max(settings.embed_batch_size * 4, 64)
+        self.batch = settings.embed_batch_size * 4
         self.pending: list[tuple[_DocPlan, Chunk]] = []
         self.waiting: list[_DocPlan] = []
         self.embedded = 0

@@ -6,6 +6,7 @@ Filterable keys (``category``, ``source``) are real VARCHAR fields: on Milvus Li
 
 from __future__ import annotations
 
+import logging
 import socket
 from pathlib import Path
 from typing import Any
@@ -125,6 +126,10 @@ def _index_metric(client: MilvusClient, collection: str, field: str) -> str | No
 
 def iter_rows(client: MilvusClient, settings: Settings, output_fields: list[str], batch_size: int = 2000) -> Any:
     """Every row of the collection (selected fields), in batches, without Milvus' query-window limit."""
+    # Milvus Lite has no AllocTimestamp RPC; the iterator falls back to a client-side timestamp, which is correct
+    # for our reads but logs a warning and a server-side error each time. Keep those out of the user's terminal.
+    logging.getLogger("pymilvus.orm.iterator").setLevel(logging.ERROR)
+    logging.getLogger("grpc._server").setLevel(logging.CRITICAL)
     iterator = client.query_iterator(settings.collection, batch_size=batch_size, filter="", output_fields=output_fields)
     try:
         while batch := iterator.next():

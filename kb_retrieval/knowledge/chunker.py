@@ -5,14 +5,15 @@ breadcrumb is ``title > section > subsection``. A section longer than ``chunk_to
 (code blocks kept whole where they fit) into chunks of at most ``chunk_tokens`` tokens, consecutive chunks sharing
 about ``overlap`` tokens.
 
-Chunk ids are deterministic: they derive from the source id, the document's content hash and the position, so
-re-chunking an unchanged document gives the same ids and an edited one gives new ids.
+Chunk ids are deterministic: they derive from the source id, the document's content hash, the position and the
+chunk's own breadcrumb and text, so re-chunking an unchanged document gives the same ids, and an edited one, or one
+chunked with another ``chunk_tokens``/``overlap``, gives new ids (ingest rewrites only chunks whose id is new).
 
 Example:
     >>> from kb_retrieval.knowledge.loader import KbDocument
     >>> doc = KbDocument("redis/oom.md", "Redis OOM", "redis", [], [], [], "# Redis OOM\\n\\n## Fix\\nRaise maxmemory.",
     ...                  "abc")
-    >>> [c.breadcrumb for c in chunk_document(doc)]
+    >>> [c.breadcrumb_text for c in chunk_document(doc)]
     ['Redis OOM > Fix']
 """
 
@@ -44,8 +45,8 @@ class Chunk:
         return f"{self.breadcrumb_text}\n\n{self.content}"
 
 
-def chunk_id_for(source_id: str, content_hash: str, position: int) -> str:
-    return hashlib.sha256(f"{source_id}\x00{content_hash}\x00{position}".encode()).hexdigest()[:32]
+def chunk_id_for(source_id: str, content_hash: str, position: int, text: str = "") -> str:
+    return hashlib.sha256(f"{source_id}\x00{content_hash}\x00{position}\x00{text}".encode()).hexdigest()[:32]
 
 
 def chunk_document(doc: KbDocument, chunk_tokens: int = 220, overlap: int = 32) -> list[Chunk]:
@@ -57,7 +58,9 @@ def chunk_document(doc: KbDocument, chunk_tokens: int = 220, overlap: int = 32) 
     if not pieces:  # headings only: keep the title so the document stays findable
         pieces.append(([doc.title], doc.title))
     return [
-        Chunk(chunk_id_for(doc.source_id, doc.content_hash, i), doc.source_id, i, crumb, content)
+        Chunk(
+            chunk_id_for(doc.source_id, doc.content_hash, i, f"{crumb}\x00{content}"), doc.source_id, i, crumb, content
+        )
         for i, (crumb, content) in enumerate(pieces)
     ]
 

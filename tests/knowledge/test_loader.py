@@ -93,9 +93,11 @@ def test_title_from_first_h1_else_file_stem(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("category_from", "expected"),
-    [("parent", {"top/sub/a.md": "sub", "top/b.md": "top", "c.md": None}),
-     ("top", {"top/sub/a.md": "top", "top/b.md": "top", "c.md": None}),
-     ("none", {"top/sub/a.md": None, "top/b.md": None, "c.md": None})],
+    [
+        ("parent", {"top/sub/a.md": "sub", "top/b.md": "top", "c.md": None}),
+        ("top", {"top/sub/a.md": "top", "top/b.md": "top", "c.md": None}),
+        ("none", {"top/sub/a.md": None, "top/b.md": None, "c.md": None}),
+    ],
 )
 def test_category_from_folder(tmp_path: Path, category_from: str, expected: dict[str, str | None]) -> None:
     for source in expected:

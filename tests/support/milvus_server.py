@@ -1,23 +1,28 @@
 """A real Milvus standalone server for tests, started through the venv's ``milvus-server`` console script.
 
-The PyPI package ``milvus`` (2.3.x) ships ``milvus-server``: a small Python wrapper that writes
+The PyPI package ``milvus`` (2.3.5) ships ``milvus-server``: a small Python wrapper that writes
 ``DATA/configs/milvus.yaml``, unpacks the Milvus binary into ``DATA/bin`` and runs ``milvus run standalone``
-as its child. Facts this module is built on (checked on this machine):
+as its child. Facts this module rests on (checked on this machine):
 
-* The wrapper lets us set the proxy, proxy-internal, coordinator and node gRPC ports and the etcd client
-  endpoint. The embedded etcd, however, listens on etcd's own defaults (127.0.0.1:2379 and :2380) whatever
-  ``--etcd-port`` says; Milvus reads ``ETCD_CONFIG_PATH`` from the environment, so we hand it an etcd config
-  file with our own client and peer ports. The metrics/health HTTP port is chosen by the wrapper itself
-  (the first free port from 9091 up, passed as ``METRICS_PORT``) and cannot be set; we read it back from the
-  child's environment. Storage is local files and the message queue is rocksmq, so no MinIO/Pulsar/NATS port.
-* Milvus binds its gRPC ports on all interfaces (``:PORT``); only etcd listens on loopback. Nothing here can
-  change that, so the ports are chosen free on all interfaces.
-* SIGTERM to the wrapper kills only the wrapper: its child ``milvus run standalone`` lives on. So ``stop()``
-  sends SIGTERM to the Milvus process itself (a graceful shutdown takes about 1-2 s), then SIGINT to the
-  wrapper, whose handler reaps the child (no zombie left behind: PID 1 here does not reap orphans), then
-  kills whatever is left of the process group and verifies by PID and by command line that nothing is left.
-* The wrapper unpacks ~250 MB of binaries per data dir (~4 s); by default ``DATA/bin`` is a symlink to one
-  shared, version-keyed cache so each new data dir costs neither.
+* Ports. The wrapper's flags set the proxy (the client port), proxy-internal, coordinator and node gRPC ports
+  and the etcd client *endpoint*; we pick free ports for all of them. The embedded etcd, however, listens on
+  etcd's defaults (127.0.0.1:2379 and :2380) whatever ``--etcd-port`` says, so we hand Milvus an etcd config
+  file through ``ETCD_CONFIG_PATH`` with our own client and peer ports. The metrics/health HTTP port is chosen
+  by the wrapper (the first free one from 9091 up, as ``METRICS_PORT``) and cannot be set: we read it back
+  from the child's environment. Storage is local files and the queue rocksmq: no MinIO, Pulsar or NATS port.
+  Milvus listens on all interfaces (``:PORT``) except etcd (loopback); with ``<role>.ip=127.0.0.1`` its
+  components at least register and dial each other on loopback, not on the machine's first address.
+* A port taken between our pick and Milvus's bind: Milvus quietly moves that component to a random port.
+  Harmless for internal ones; for the proxy, start-up notices and retries on fresh ports.
+* Stopping. SIGTERM to the wrapper kills only the wrapper: its child ``milvus run standalone`` lives on. So
+  ``stop()`` sends SIGTERM to the Milvus process itself (a graceful stop takes about 2 s), then SIGINT to the
+  wrapper, whose handler reaps the exited child (no zombie handed to PID 1), then kills what is left of the
+  wrapper's process group and checks, by PID and by command line, that nothing is left.
+* Restarting on the same data dir keeps collections and rows (rocksmq replays what was not flushed). A
+  stopped server leaves its sessions in etcd and a restart waits for their leases to run out, so the lease
+  TTL is lowered to 10 s; the ports are kept (``uri`` stays valid) even while they are in TIME_WAIT.
+* The wrapper unpacks ~250 MB of binaries into each data dir (~4 s): ``DATA/bin`` is instead a symlink to one
+  shared, version-keyed cache (``~/.cache/kb-retrieval/milvus-VERSION/bin``, or ``KB_TEST_MILVUS_BIN_CACHE``).
 
 Starts are serialised across processes with a file lock, so two helpers on one machine do not pick the same
 ports (the wrapper's own metrics-port probe included).
@@ -38,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,7 +73,7 @@ ETCD_PEER = "etcd-peer-port"
 #: Components that would otherwise register (and dial each other on) the machine's first non-loopback address.
 LOOPBACK_ROLES = ("rootCoord", "proxy", "queryCoord", "queryNode", "indexNode", "dataCoord", "dataNode")
 #: Seconds of Milvus's etcd session leases (30 by default). A stopped server leaves its coordinators' sessions
-#: in etcd, and a restart waits for those leases to run out, counted from the restart: about a minute at 30.
+#: in etcd, and a restart waits for those leases to run out, counted from the restart (seen: ~55 s at 30).
 DEFAULT_SESSION_TTL = 10
 #: On SIGTERM the query node waits up to queryNode.gracefulStopTimeout (30 s by default) for its segments to
 #: move to another query node; a standalone server has none, and its coordinators are already stopped by then.
@@ -76,6 +82,7 @@ QUERY_NODE_GRACEFUL_STOP_SECONDS = 2
 
 _LOCK_FILE = Path(tempfile.gettempdir()) / "kb-retrieval-milvus-start.lock"
 _RUNNING: weakref.WeakSet[MilvusServer] = weakref.WeakSet()
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never via http_proxy
 
 
 @atexit.register
@@ -176,6 +183,13 @@ def _alive(proc: psutil.Process) -> bool:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except (psutil.NoSuchProcess, psutil.ZombieProcess):
         return False
+
+
+def _listening_ports(proc: psutil.Process) -> set[int]:
+    try:
+        return {c.laddr.port for c in proc.net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN}
+    except psutil.Error:
+        return set()
 
 
 def _tail(path: Path, lines: int, width: int = 400) -> str:
@@ -470,10 +484,17 @@ class MilvusServer:
         return None
 
     def _wait_ready(self, began: float) -> None:
+        """Ready: Milvus's /healthz says OK (every component up), the proxy listens on *our* port, and
+        ``MilvusClient(uri).list_collections()`` answers.
+
+        Milvus quietly moves a component to a random port when its configured one is taken (by someone else,
+        between our pick and its bind): harmless for internal ports, but a proxy moved elsewhere would leave
+        ``uri`` pointing at the intruder, so that counts as a failed start and is retried on fresh ports.
+        """
         from pymilvus import MilvusClient  # imported late: pymilvus is slow to import
 
         deadline = began + self.startup_timeout
-        last_problem = "not tried yet"
+        last_problem = "no Milvus process yet"
         while True:
             self._refresh_tree()
             if not self.running:
@@ -484,21 +505,39 @@ class MilvusServer:
             if milvus is not None and self.metrics_port is None:
                 with contextlib.suppress(psutil.Error, ValueError):
                     self.metrics_port = int(milvus.environ().get("METRICS_PORT", "0")) or None
-            if milvus is not None:
-                client = None
-                try:
-                    client = MilvusClient(uri=self.uri, timeout=5)
-                    client.list_collections()
-                    return
-                except Exception as exc:  # any failure just means "not ready yet"
-                    last_problem = f"{type(exc).__name__}: {exc}"
-                finally:
-                    if client is not None:
-                        with contextlib.suppress(Exception):
-                            client.close()
+            if milvus is not None and self.metrics_port is not None:
+                if not self._healthy():
+                    last_problem = f"http://127.0.0.1:{self.metrics_port}/healthz not OK yet"
+                else:
+                    listening = _listening_ports(milvus)
+                    if self.proxy_port not in listening:
+                        raise self._failure(
+                            f"Milvus is healthy but its proxy does not listen on port {self.proxy_port} (taken "
+                            f"meanwhile?); it listens on {sorted(listening)}",
+                            died=True,
+                        )
+                    client = None
+                    try:
+                        client = MilvusClient(uri=self.uri, timeout=5)
+                        client.list_collections()
+                        return
+                    except Exception as exc:  # any failure just means "not ready yet"
+                        last_problem = f"{type(exc).__name__}: {exc}"
+                    finally:
+                        if client is not None:
+                            with contextlib.suppress(Exception):
+                                client.close()
             if time.monotonic() > deadline:
                 raise self._failure(f"not ready within {self.startup_timeout:.0f} s (last problem: {last_problem})")
-            time.sleep(1.0)
+            time.sleep(0.5)
+
+    def _healthy(self) -> bool:
+        url = f"http://127.0.0.1:{self.metrics_port}/healthz"
+        try:
+            with _NO_PROXY.open(url, timeout=2) as response:
+                return b"OK" in response.read()
+        except (OSError, ValueError):
+            return False
 
     def _failure(self, what: str, *, died: bool = False) -> MilvusServerError:
         ports = " ".join(f"{name}={port}" for name, port in self.ports.items())

@@ -1,0 +1,193 @@
+"""Incremental, idempotent ingest into Milvus Lite with the real embedding model."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from pymilvus import MilvusClient
+
+from kb_retrieval.config import Settings
+from kb_retrieval.indexing.ingest import ingest
+from kb_retrieval.indexing.l0_index import L0Index
+from kb_retrieval.indexing.milvus import MilvusUnavailableError, SchemaMismatchError, connect
+from kb_retrieval.knowledge.loader import KnowledgeBaseError
+
+DOC_A = """---
+title: Redis memory usage high
+keywords: [RedisMemoryHigh, maxmemory]
+category: redis
+entities: [redis-cli]
+---
+# Redis memory usage high
+
+## Diagnosis
+Run `redis-cli INFO memory` and compare used_memory with maxmemory.
+
+## Mitigation
+Raise maxmemory or pick an eviction policy.
+"""
+DOC_B = "# MySQL replication lag\n\n## Diagnosis\nCheck Seconds_Behind_Source in SHOW REPLICA STATUS.\n"
+
+
+def write_kb(root: Path, docs: dict[str, str]) -> Path:
+    for rel, text in docs.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return root
+
+
+def rows(settings: Settings) -> dict[str, dict]:
+    client = connect(settings)
+    client.load_collection(settings.collection)
+    found = client.query(settings.collection, filter='source != ""', output_fields=["source", "category", "metadata"])
+    return {r["id"]: r for r in found}
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(state_dir=tmp_path / "state")
+
+
+def test_first_ingest_then_rerun_touches_nothing(tmp_path, settings, embed_model):
+    kb = write_kb(tmp_path / "kb", {"redis/memory.md": DOC_A, "mysql/lag.md": DOC_B})
+    first = ingest([kb], settings, embed_model=embed_model)
+    assert (first.documents, first.documents_added) == (2, 2)
+    assert first.chunks_added == first.chunks_embedded == len(rows(settings)) > 2
+    second = ingest([kb], settings, embed_model=embed_model)
+    assert (second.chunks_added, second.chunks_updated, second.chunks_removed, second.chunks_embedded) == (0, 0, 0, 0)
+    assert second.chunks_unchanged == first.chunks_added
+
+
+def test_rows_carry_scalar_fields_and_metadata(tmp_path, settings, embed_model):
+    kb = write_kb(tmp_path / "kb", {"redis/memory.md": DOC_A, "mysql/lag.md": DOC_B})
+    ingest([kb], settings, embed_model=embed_model)
+    by_source = {r["source"]: r for r in rows(settings).values()}
+    redis = by_source["redis/memory.md"]
+    assert redis["category"] == "redis"
+    assert redis["metadata"]["title"] == "Redis memory usage high"
+    assert redis["metadata"]["keywords"] == ["RedisMemoryHigh", "maxmemory"]
+    assert redis["metadata"]["breadcrumb"].startswith("Redis memory usage high")
+    mysql = by_source["mysql/lag.md"]  # no frontmatter: title from H1, category from the folder
+    assert mysql["category"] == "mysql" and mysql["metadata"]["title"] == "MySQL replication lag"
+
+
+def test_edit_replaces_old_chunks_and_delete_removes(tmp_path, settings, embed_model):
+    kb = write_kb(tmp_path / "kb", {"redis/memory.md": DOC_A, "mysql/lag.md": DOC_B})
+    ingest([kb], settings, embed_model=embed_model)
+    old_ids = {i for i, r in rows(settings).items() if r["source"] == "redis/memory.md"}
+    (kb / "redis/memory.md").write_text(DOC_A.replace("Raise maxmemory", "Lower the dataset or raise maxmemory"))
+    edited = ingest([kb], settings, embed_model=embed_model)
+    assert edited.documents_updated == 1 and edited.documents_unchanged == 1
+    now = rows(settings)
+    new_ids = {i for i, r in now.items() if r["source"] == "redis/memory.md"}
+    assert new_ids and not (new_ids & old_ids)
+    assert edited.chunks_removed == len(old_ids)
+    (kb / "mysql/lag.md").unlink()
+    deleted = ingest([kb], settings, embed_model=embed_model)
+    assert deleted.documents_removed == 1
+    assert {r["source"] for r in rows(settings).values()} == {"redis/memory.md"}
+    assert "mysql/lag.md" not in L0Index.load(settings.l0_index_path()).documents
+
+
+def test_two_folders_side_by_side(tmp_path, settings, embed_model):
+    a = write_kb(tmp_path / "a", {"redis/memory.md": DOC_A})
+    b = write_kb(tmp_path / "b", {"mysql/lag.md": DOC_B})
+    ingest([a], settings, embed_model=embed_model)
+    ingest([b], settings, embed_model=embed_model)
+    assert {r["source"] for r in rows(settings).values()} == {"redis/memory.md", "mysql/lag.md"}
+    (a / "redis/memory.md").unlink()
+    write_kb(a, {"redis/other.md": DOC_A.replace("RedisMemoryHigh", "RedisOther")})
+    ingest([a], settings, embed_model=embed_model)  # removes only a's deleted document
+    assert {r["source"] for r in rows(settings).values()} == {"redis/other.md", "mysql/lag.md"}
+    assert set(L0Index.load(settings.l0_index_path()).documents) == {"redis/other.md", "mysql/lag.md"}
+
+
+def test_same_source_from_two_folders_is_an_error(tmp_path, settings, embed_model):
+    a = write_kb(tmp_path / "a", {"redis/memory.md": DOC_A})
+    b = write_kb(tmp_path / "b", {"redis/memory.md": DOC_A})
+    with pytest.raises(KnowledgeBaseError, match=r"redis/memory\.md"):
+        ingest([a, b], settings, embed_model=embed_model)
+    assert not settings.l0_index_path().exists()  # nothing written
+    ingest([a], settings, embed_model=embed_model)
+    with pytest.raises(KnowledgeBaseError, match="already in collection"):
+        ingest([b], settings, embed_model=embed_model)
+
+
+def test_bad_files_are_skipped_and_counted(tmp_path, settings, embed_model):
+    kb = write_kb(
+        tmp_path / "kb",
+        {"redis/memory.md": DOC_A, "bad/broken.md": "---\ntitle: [unclosed\n---\n# x\n", "bad/empty.md": "  \n"},
+    )
+    (kb / "bad/binary.md").write_bytes(b"\x89PNG\x00\x00binary")
+    summary = ingest([kb], settings, embed_model=embed_model)
+    assert summary.documents == 1 and summary.skipped_files == 3
+    reasons = {s.source: s.reason for s in summary.skipped}
+    assert "frontmatter" in reasons["bad/broken.md"] and "empty" in reasons["bad/empty.md"]
+    assert "binary" in reasons["bad/binary.md"]
+
+
+def test_missing_folder_is_a_clear_error(tmp_path, settings, embed_model):
+    with pytest.raises(KnowledgeBaseError, match="not found"):
+        ingest([tmp_path / "nope"], settings, embed_model=embed_model)
+
+
+def test_schema_mismatch_is_an_error_before_writing(tmp_path, settings, embed_model):
+    kb = write_kb(tmp_path / "kb", {"redis/memory.md": DOC_A})
+    ingest([kb], settings, embed_model=embed_model)
+    before = len(rows(settings))
+    for change, message in (({"dim": 768}, "dimension 384, expected 768"), ({"metric": "L2"}, "metric is COSINE")):
+        with pytest.raises(SchemaMismatchError, match=message):
+            ingest([kb], settings.model_copy(update=change), embed_model=embed_model)
+    with pytest.raises(SchemaMismatchError, match=r"missing field 'body'"):
+        ingest([kb], settings.model_copy(update={"content_field": "body"}), embed_model=embed_model)
+    assert len(rows(settings)) == before
+
+
+def test_unreachable_server_fails_within_seconds(tmp_path, embed_model):
+    kb = write_kb(tmp_path / "kb", {"redis/memory.md": DOC_A})
+    settings = Settings(state_dir=tmp_path / "state", milvus_uri="http://127.0.0.1:9", milvus_timeout_s=3)
+    started = time.monotonic()
+    with pytest.raises(MilvusUnavailableError, match=r"127\.0\.0\.1:9"):
+        ingest([kb], settings, embed_model=embed_model)
+    assert time.monotonic() - started < 10
+    assert not settings.l0_index_path().exists()
+
+
+class FailingAfter:
+    """Wraps the model and raises after ``n`` batches: an interrupted ingest."""
+
+    def __init__(self, model, n: int) -> None:
+        self.model, self.n = model, n
+
+    def get_text_embedding_batch(self, texts):
+        if self.n == 0:
+            raise KeyboardInterrupt("interrupted")
+        self.n -= 1
+        return self.model.get_text_embedding_batch(texts)
+
+
+def test_interrupted_ingest_converges(tmp_path, embed_model):
+    docs = {f"redis/doc{i}.md": DOC_A.replace("RedisMemoryHigh", f"RedisAlert{i}") for i in range(12)}
+    kb = write_kb(tmp_path / "kb", docs)
+    clean = Settings(state_dir=tmp_path / "clean", embed_batch_size=4)
+    ingest([kb], clean, embed_model=embed_model)
+    broken = Settings(state_dir=tmp_path / "broken", embed_batch_size=4)
+    with pytest.raises(KeyboardInterrupt):
+        ingest([kb], broken, embed_model=FailingAfter(embed_model, 1))
+    partial = len(rows(broken))
+    assert 0 < partial < len(rows(clean))
+    resumed = ingest([kb], broken, embed_model=embed_model)
+    assert resumed.chunks_embedded == len(rows(clean)) - partial  # only what was missing
+    assert set(rows(broken)) == set(rows(clean))
+    assert json.loads(broken.l0_index_path().read_text()) == json.loads(clean.l0_index_path().read_text())
+
+
+def test_existing_client_reads_what_ingest_wrote(tmp_path, settings, embed_model):
+    kb = write_kb(tmp_path / "kb", {"redis/memory.md": DOC_A})
+    ingest([kb], settings, embed_model=embed_model)
+    client = MilvusClient(settings.resolved_milvus_uri())
+    assert client.get_collection_stats(settings.collection)["row_count"] == len(rows(settings))
