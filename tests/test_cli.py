@@ -52,7 +52,9 @@ def test_state_dir_from_environment(kb, tmp_path, capsys, monkeypatch, embed_mod
 def test_lookup_json_and_queries_file(kb, tmp_path, capsys, embed_model):
     state = str(tmp_path / "state")
     run(capsys, "ingest", str(kb), "--state-dir", state, "--json")
-    code, out, _ = run(capsys, "lookup", "NodeDiskFull: disk full on host-1, how do I free space?", "--state-dir", state, "--json")
+    code, out, _ = run(
+        capsys, "lookup", "NodeDiskFull: disk full on host-1, how do I free space?", "--state-dir", state, "--json"
+    )
     assert code == 0 and json.loads(out)["evidenceBlocks"][0]["source"] == "linux/disk.md"
     queries = tmp_path / "q.jsonl"
     queries.write_text('{"query": "NodeDiskFull"}\n\n{"query": "delete old logs", "case_id": "x"}\n')

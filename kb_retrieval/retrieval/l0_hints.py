@@ -142,9 +142,6 @@ class L0HintProvider:
         for i, (_, _, content) in enumerate(self._titles):
             for word in set(content):
                 self._title_words[word].append(i)
-        self._categories = {
-            entry.category.lower(): entry.category for entry in index.documents.values() if entry.category
-        }
 
     def hints(self, query: str) -> L0Hints:
         tokens = _phrase(query)
@@ -167,11 +164,10 @@ class L0HintProvider:
         ]
 
         # A specific match (an alert name, a title) says more about the domain than a generic word does.
+        # A category name merely occurring in the query ("node", "prometheus") is not a match of any entry: in
+        # alert texts such words are everywhere, and a wrong filter that still finds fair candidates is not retried.
         deciding = strong or weak
-        domains = sorted(
-            {c for s in deciding if (c := self.index.documents[s].category)}
-            or {self._categories[t] for t in token_set if t in self._categories}
-        )
+        domains = sorted({c for s in deciding if (c := self.index.documents[s].category)})
         matched_sources = strong | weak
         return L0Hints(
             matched_titles=sorted(set(titles)),
