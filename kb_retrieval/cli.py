@@ -180,6 +180,24 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from kb_retrieval.bench.run import run_bench
+
+    shared = Path(args.shared)
+    if not (shared / "golden").is_dir() or not (shared / "corpora").is_dir():
+        raise CliError(f"shared corpora and golden sets not found under {shared} (--shared)")
+    parts = {"quality", "speed"} if args.only is None else {args.only}
+    readme = Path("README.md") if Path("README.md").is_file() else None
+    run_bench(shared, Path(args.out), Path(args.state_dir or ".kb-state/bench"), parts=parts, readme=readme)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from sidecar.compare import run_compare_command
+
+    return run_compare_command(args)
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from kb_retrieval.evaluation.runner import run_eval_command
 
@@ -225,6 +243,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_eval_arguments(p)
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("compare", help="the current path against the stock sidecar retriever, per golden case")
+    from sidecar.compare import add_compare_arguments
+
+    add_compare_arguments(p)
+    _lookup_flags(p)
+    p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("bench", help="quality against the stock retrievers on ../shared, and speed (dev extra)")
+    p.add_argument("--shared", default="../shared", help="folder holding corpora/ and golden/ (default ../shared)")
+    p.add_argument("--out", default="reports/bench", help="report folder (default reports/bench)")
+    p.add_argument("--state-dir", help="where the benchmark indexes live (default .kb-state/bench)")
+    p.add_argument("--only", choices=["quality", "speed"], help="run one part")
+    p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("demo", help="ingest the bundled sample KB into Milvus Lite and answer a few questions")
     p.add_argument("questions", nargs="*", metavar="QUESTION")

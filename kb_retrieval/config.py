@@ -38,6 +38,12 @@ class Settings(BaseSettings):
     )
     milvus_token: str = Field(default="", description="Milvus token (user:password) for a secured server.")
     milvus_timeout_s: float = Field(default=10.0, gt=0, description="Connect timeout for a Milvus server.")
+    milvus_search_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Deadline of one L1 search, retries included: a hung or restarting Milvus fails the attempt "
+        "(recorded in the trace) instead of blocking the lookup.",
+    )
     collection: str = Field(default="kb_chunks", description="Milvus collection name.")
     trace_db_url: str | None = Field(
         default=None,
@@ -90,6 +96,16 @@ class Settings(BaseSettings):
         le=1,
         description="A candidate whose final score (normalised similarity + L0 boosts) is below this is not usable "
         "evidence.",
+    )
+    lexical_enabled: bool = Field(
+        default=True, description="BM25 over the collection's chunks beside the dense search (scored in Milvus)."
+    )
+    lexical_top_k: int = Field(default=20, ge=0, le=200, description="Lexical candidates added per attempt.")
+    lexical_weight: float = Field(
+        default=0.2, ge=0, le=1, description="Rerank boost of the best lexical hit; others in proportion."
+    )
+    doc_focus_weight: float = Field(
+        default=0.45, ge=0, le=1, description="Boost by the share of a document's chunks among the candidates."
     )
     context_budget_tokens: int = Field(default=1200, ge=64, description="Token budget of the context pack.")
     max_query_chars: int = Field(default=4000, ge=16, description="Longer queries are truncated (noted).")

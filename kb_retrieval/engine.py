@@ -13,9 +13,10 @@ Example:
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.base.response.schema import Response
@@ -26,7 +27,7 @@ from pymilvus import MilvusClient
 from kb_retrieval.config import Settings
 from kb_retrieval.indexing.embeddings import embed_query, load_embed_model
 from kb_retrieval.indexing.l0_index import L0Index
-from kb_retrieval.indexing.milvus import connect, ensure_collection
+from kb_retrieval.indexing.milvus import connect, ensure_collection, iter_rows
 from kb_retrieval.models import (
     Candidate,
     EvidenceBlock,
@@ -45,9 +46,14 @@ from kb_retrieval.retrieval.evidence import build_evidence_blocks
 from kb_retrieval.retrieval.l0_hints import L0HintProvider
 from kb_retrieval.retrieval.l1 import L1Retriever, VectorPath, make_path
 from kb_retrieval.retrieval.l1.retriever import candidate_node, node_candidate
+from kb_retrieval.retrieval.lexical import LexicalIndex
 from kb_retrieval.retrieval.query_transform import transform_query
 from kb_retrieval.retrieval.rerank import RuleReranker
 from kb_retrieval.traces import TraceStore
+
+if TYPE_CHECKING:  # the sidecar is imported at run time only when enabled
+    from sidecar.models import SidecarRun
+    from sidecar.runner import SidecarRunner
 
 log = logging.getLogger(__name__)
 
@@ -87,11 +93,33 @@ class KnowledgeLookup:
         self.l0 = L0HintProvider(L0Index.load(self.settings.l0_index_path()))
         self.path = path or make_path(self.settings, self.client)
         self.retriever = L1Retriever(self.path, self.settings, self.embed_model)
+        self.lexical = self._build_lexical() if self.settings.lexical_enabled else None
         self.traces = trace_store or TraceStore(
             self.settings.resolved_trace_db_url(),
             content_chars=self.settings.trace_content_chars,
             query_chars=self.settings.max_query_chars,
         )
+        # --- sidecar (issue 5): comparison only, off by default; not even imported unless enabled ---------
+        self.sidecar: SidecarRunner | None = None
+        self._sidecar_last = threading.local()  # this thread's last sidecar run, for lookup_with_sidecar
+        if self.settings.sidecar_enabled:
+            from sidecar.runner import SidecarRunner
+
+            self.sidecar = SidecarRunner(self.settings, self.embed_model)
+        # --- end sidecar ------------------------------------------------------------------------------------
+
+    def _build_lexical(self) -> LexicalIndex:
+        """BM25 over the chunks the collection holds now (text with its breadcrumb)."""
+        s = self.settings
+        rows = (
+            (
+                row[s.id_field],
+                f"{(row.get(s.metadata_field) or {}).get('breadcrumb', '')}\n{row.get(s.content_field, '')}",
+                row.get(s.category_field) or "",
+            )
+            for row in iter_rows(self.client, s, [s.id_field, s.content_field, s.category_field, s.metadata_field])
+        )
+        return LexicalIndex.build(rows)
 
     # --- the pipeline ---------------------------------------------------------------------------------
 
@@ -106,6 +134,7 @@ class KnowledgeLookup:
         deduplicated candidates (the last attempt's when none was usable).
         """
         started = time.perf_counter()
+        sidecar_job = self.sidecar.start(query) if self.sidecar else None  # sidecar (issue 5): runs beside from here
         stage_ms: dict[str, float] = {}
         clock = _Clock(stage_ms)
 
@@ -153,12 +182,29 @@ class KnowledgeLookup:
             retrieval_layer=_layer(transform, attempts, blocks),
             stage_ms=stage_ms,
         )
+        # sidecar (issue 5): wait out what is left of its deadline; its run goes to the trace row, never to `result`
+        sidecar_run = sidecar_job.collect() if sidecar_job else None
+        self._sidecar_last.run = sidecar_run
         result.elapsed_ms = round((time.perf_counter() - started) * 1000, 3)
         with clock("trace_write"):
-            result.trace_recorded = self.traces.record(query, result)
+            sidecar_entry = sidecar_run.trace_entry() if sidecar_run else None
+            result.trace_recorded = self.traces.record(query, result, sidecar=sidecar_entry)
         ranked_from = selected or (attempts[-1] if attempts else None)
         ranking = [node_candidate(n) for n in ranked_from.nodes] if ranked_from else []
         return result, ranking
+
+    def lookup_with_sidecar(self, query: str) -> tuple[LookupResult, list[Candidate], SidecarRun]:
+        """``lookup_ranked`` plus the sidecar's run beside it (status ``disabled`` when it is off), for comparisons.
+
+        The result and ranking are exactly ``lookup_ranked``'s: the sidecar never changes them.
+        """
+        result, ranking = self.lookup_ranked(query)
+        run: SidecarRun | None = getattr(self._sidecar_last, "run", None)
+        if run is None:
+            from sidecar.models import disabled_run
+
+            run = disabled_run()
+        return result, ranking, run
 
     def _attempt(
         self,
@@ -187,6 +233,22 @@ class KnowledgeLookup:
             trace.error = f"{type(exc).__name__}: {str(exc)[:500]}"
             trace.elapsed_ms = round((time.perf_counter() - t0) * 1000, 3)
             return _AttemptResult(trace)
+        lexical_scores: dict[str, float] = {}
+        if self.lexical is not None and settings.lexical_top_k > 0:
+            with clock("lexical"):
+                hits = self.lexical.search(transform.normalized_query, settings.lexical_top_k, category)
+                lexical_scores = {h.chunk_id: h.score for h in hits}
+                known = {c.chunk_id for c in search.candidates}
+                missing = [h.chunk_id for h in hits if h.chunk_id not in known]
+            if missing:  # Milvus scores the lexical candidates the dense search did not return
+                try:
+                    with clock("search"):
+                        extra = self.retriever.search(embedding, category, ids=missing)
+                    search.candidates.extend(extra.candidates)
+                except Exception as exc:  # the dense candidates still stand
+                    log.warning("scoring lexical candidates failed: %s", exc)
+            trace.lexical_count = len(hits)
+            trace.lexical_added = len(missing)
         trace.path = search.path
         trace.path_fallback_reason = search.path_fallback_reason
         trace.candidate_count = len(search.candidates)
@@ -194,8 +256,10 @@ class KnowledgeLookup:
 
         with clock("rerank"):
             nodes = [candidate_node(c) for c in search.candidates]
-            nodes = RuleReranker(hints=transform.hints).postprocess_nodes(nodes)
-            nodes = SourceDeduplicator().postprocess_nodes(nodes)
+            nodes = RuleReranker(
+                hints=transform.hints, lexical_scores=lexical_scores, lexical_weight=settings.lexical_weight
+            ).postprocess_nodes(nodes)
+            nodes = SourceDeduplicator(focus_weight=settings.doc_focus_weight).postprocess_nodes(nodes)
             blocks = build_evidence_blocks(
                 nodes, evidence_threshold=settings.evidence_threshold, max_blocks=settings.max_evidence_blocks
             )

@@ -83,10 +83,13 @@ class Candidate(Contract):
     content: str
     keywords: list[str] = Field(default_factory=list)
     entities: list[str] = Field(default_factory=list)
+    chunk_count: int | None = Field(default=None, description="How many chunks the candidate's document has.")
     score: float = Field(description="The raw value the path returned.")
     score_label: ScoreLabel
     path: Literal["vectorstore", "sdk"]
     similarity: float = Field(ge=0.0, le=1.0, description="Normalised similarity used by every threshold.")
+    doc_hash: str | None = Field(default=None, description="Content hash of the document version of the chunk.")
+    ingested_at: float | None = Field(default=None, description="When ingest wrote the chunk (Unix seconds).")
 
 
 AttemptOutcome = Literal["ok", "no_candidates", "no_evidence", "low_quality", "error", "skipped"]
@@ -103,6 +106,8 @@ class RetrievalAttempt(Contract):
         default=None, description="Why auto mode left the vectorstore path for the sdk path."
     )
     candidate_count: int = 0
+    lexical_count: int = Field(default=0, description="Chunks BM25 found for this attempt.")
+    lexical_added: int = Field(default=0, description="Of those, chunks the dense search had not returned.")
     evidence_count: int = 0
     top_similarity: float | None = None
     outcome: AttemptOutcome

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import threading
 from pathlib import Path
 from typing import Any
@@ -29,13 +30,15 @@ from sqlalchemy import (
     func,
     select,
 )
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from kb_retrieval.models import LookupResult
 
 log = logging.getLogger(__name__)
 TOOL_NAME = "lookup_knowledge"
+#: ``retrieval_details.sidecar`` of a lookup without a sidecar run (see ``sidecar.models.SidecarRun.trace_entry``).
+SIDECAR_DISABLED_REASON = "sidecar not enabled (KB_SIDECAR_ENABLED=false)"
 
 
 class Base(DeclarativeBase):
@@ -56,8 +59,14 @@ class ToolInvocation(Base):
     retrieval_details: Mapped[dict[str, Any]] = mapped_column(JSON)
 
 
-def retrieval_details(result: LookupResult, content_chars: int = 160) -> dict[str, Any]:
-    """The compact trace of one call (snake_case keys, as the spec names them)."""
+def retrieval_details(
+    result: LookupResult, content_chars: int = 160, sidecar: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The compact trace of one call (snake_case keys, as the spec names them).
+
+    ``sidecar`` is the sidecar's compact run (status, reason, timings, top candidates) when one ran beside the
+    lookup; without one the entry says ``disabled``.
+    """
     hints = result.query_transform.hints
     transform = result.query_transform.model_dump(mode="json")
     return {
@@ -91,44 +100,70 @@ def retrieval_details(result: LookupResult, content_chars: int = 160) -> dict[st
         "relevance_level": result.relevance_level,
         "completeness_hint": result.completeness_hint,
         "stage_ms": result.stage_ms,
+        "sidecar": sidecar if sidecar is not None else {"status": "disabled", "reason": SIDECAR_DISABLED_REASON},
     }
 
 
 class TraceStore:
-    """Writes and reads ``tool_invocation`` rows. Thread-safe; SQLite writes are serialised."""
+    """Writes and reads ``tool_invocation`` rows. Thread-safe; SQLite writes are serialised.
 
-    def __init__(self, url: str, *, content_chars: int = 160, query_chars: int = 4000) -> None:
+    ``timeout_s`` bounds how long one write may wait on the database: SQLite's busy timeout on a locked file; on
+    PostgreSQL the connect, lock and statement timeouts. A write that runs out of it fails like any other (logged,
+    counted, ``trace_recorded = false``) and the lookup answers regardless.
+    """
+
+    def __init__(self, url: str, *, content_chars: int = 160, query_chars: int = 4000, timeout_s: float = 30.0) -> None:
         self.url = url
         self.content_chars = content_chars
         self.query_chars = query_chars
+        self.timeout_s = timeout_s
         self.failures = 0
         self.last_error: str | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # serialises SQLite writes
+        self._state_lock = threading.Lock()  # guards failures/last_error and schema creation
         self._is_sqlite = url.startswith("sqlite")
         if self._is_sqlite and url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        connect_args: dict[str, Any] = {"timeout": 30, "check_same_thread": False} if self._is_sqlite else {}
-        self.engine: Engine = create_engine(url, connect_args=connect_args, pool_pre_ping=not self._is_sqlite)
+            try:
+                Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # unusable location: every write will fail and be counted; lookups still answer
+                log.error("trace store %s: cannot create its folder: %s", url, exc)
+        self.engine: Engine = create_engine(
+            url, connect_args=_connect_args(url, timeout_s), pool_pre_ping=not self._is_sqlite
+        )
         if self._is_sqlite:
-            event.listen(self.engine, "connect", _sqlite_pragmas)
+            busy_ms = int(timeout_s * 1000)
+            event.listen(self.engine, "connect", lambda conn, _record: _sqlite_pragmas(conn, busy_ms))
         self._ready = False
 
     def _ensure_schema(self) -> None:
         if not self._ready:
-            Base.metadata.create_all(self.engine)
-            self._ready = True
+            with self._state_lock:  # two threads creating the table at once fail on PostgreSQL
+                if not self._ready:
+                    Base.metadata.create_all(self.engine)
+                    self._ready = True
 
-    def record(self, query: str, result: LookupResult, *, tool_name: str = TOOL_NAME) -> bool:
-        """Write one row; on failure log, count, and return False (the lookup still answers)."""
+    def record(
+        self,
+        query: str,
+        result: LookupResult,
+        *,
+        tool_name: str = TOOL_NAME,
+        sidecar: dict[str, Any] | None = None,
+    ) -> bool:
+        """Write one row; on failure log, count, and return False (the lookup still answers).
+
+        ``sidecar``: the ``retrieval_details.sidecar`` entry when a sidecar ran beside the lookup.
+        """
         row = ToolInvocation(
             tool_name=tool_name,
-            query=query[: self.query_chars],
+            # PostgreSQL text cannot hold NUL; the JSON details keep the query exactly (escaped).
+            query=query[: self.query_chars].replace("\x00", "\ufffd"),
             created_at=dt.datetime.now(dt.timezone.utc),
             duration_ms=round(result.elapsed_ms, 3),
             found=result.found,
             evidence_status=result.evidence_status.value,
             retrieval_layer=result.retrieval_layer,
-            retrieval_details=retrieval_details(result, self.content_chars),
+            retrieval_details=retrieval_details(result, self.content_chars, sidecar),
         )
         try:
             if self._is_sqlite:
@@ -138,13 +173,13 @@ class TraceStore:
                 self._write(row)
             return True
         except Exception as exc:
-            self.failures += 1
-            self.last_error = f"{type(exc).__name__}: {exc}"
+            message = f"{type(exc).__name__}: {_first_line(exc)}"
+            with self._state_lock:
+                self.failures += 1
+                failures = self.failures
+                self.last_error = message
             log.error(
-                "trace store %s: could not record lookup (%d failures so far): %s",
-                self._safe_url(),
-                self.failures,
-                exc,
+                "trace store %s: could not record lookup (%d failures so far): %s", self._safe_url(), failures, message
             )
             return False
 
@@ -173,8 +208,29 @@ class TraceStore:
         self.engine.dispose()
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+def _connect_args(url: str, timeout_s: float) -> dict[str, Any]:
+    if url.startswith("sqlite"):
+        return {"timeout": timeout_s, "check_same_thread": False}
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "postgresql":  # libpq parameters, for psycopg and psycopg2 alike
+        ms = max(1, int(timeout_s * 1000))
+        given = parsed.query.get("options") or ""  # the URL's own ?options=... (a search_path, say) are kept
+        given = " ".join(given) if isinstance(given, tuple) else given
+        args: dict[str, Any] = {"options": f"{given} -c lock_timeout={ms} -c statement_timeout={ms}".strip()}
+        if "connect_timeout" not in parsed.query:
+            args["connect_timeout"] = max(2, math.ceil(timeout_s))  # libpq's minimum is 2 s
+        return args
+    return {}
+
+
+def _first_line(exc: Exception) -> str:
+    """The error without SQLAlchemy's appended statement and parameters (the whole row would be logged)."""
+    lines = str(exc).strip().splitlines()
+    return lines[0][:500] if lines else ""
+
+
+def _sqlite_pragmas(dbapi_connection: Any, busy_ms: int) -> None:
     cursor = dbapi_connection.cursor()
+    cursor.execute(f"PRAGMA busy_timeout={int(busy_ms)}")  # first: the WAL switch below may itself wait
     cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA busy_timeout=30000")
     cursor.close()

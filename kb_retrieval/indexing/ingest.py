@@ -237,8 +237,9 @@ class _Writer:
             t0 = time.perf_counter()
             vectors = embed_texts(self.model, [c.embedding_text() for _, c in self.pending])
             self.embed_seconds += time.perf_counter() - t0
+            written_at = round(time.time(), 6)  # one stamp per write: lookups prefer a document's newest version
             rows = [
-                _row(self.settings, plan.doc, chunk, len(plan.chunks), vec)
+                _row(self.settings, plan.doc, chunk, len(plan.chunks), vec, written_at)
                 for (plan, chunk), vec in zip(self.pending, vectors, strict=True)
             ]
             self.client.upsert(self.settings.collection, rows)
@@ -252,25 +253,29 @@ class _Writer:
         self.waiting.clear()
 
 
-def _row(settings: Settings, doc: KbDocument, chunk: Chunk, chunk_count: int, vector: Any) -> dict[str, Any]:
+def _row(
+    settings: Settings, doc: KbDocument, chunk: Chunk, chunk_count: int, vector: Any, written_at: float
+) -> dict[str, Any]:
     content = chunk.content
     if len(content.encode()) > VARCHAR_LIMITS["content"] - 16:
         content = content.encode()[: VARCHAR_LIMITS["content"] - 16].decode("utf-8", "ignore")
+    internal = {
+        "title": doc.title,
+        "breadcrumb": chunk.breadcrumb_text,
+        "keywords": doc.keywords,
+        "entities": doc.entities,
+        "kb": doc.kb_id,
+        "doc_hash": doc.content_hash,
+        "position": chunk.position,
+        "chunk_count": chunk_count,
+        "ingested_at": written_at,
+    }
     return {
         settings.id_field: chunk.chunk_id,
         settings.content_field: content,
         settings.vector_field: [float(x) for x in vector],
-        settings.metadata_field: {
-            "title": doc.title,
-            "breadcrumb": chunk.breadcrumb_text,
-            "keywords": doc.keywords,
-            "entities": doc.entities,
-            "kb": doc.kb_id,
-            "doc_hash": doc.content_hash,
-            "position": chunk.position,
-            "chunk_count": chunk_count,
-            **{k: v for k, v in doc.metadata.items() if k not in ("title", "breadcrumb", "kb")},
-        },
+        # Other frontmatter keys are kept, but never in place of the pipeline's own (a frontmatter `doc_hash`).
+        settings.metadata_field: {**{k: v for k, v in doc.metadata.items() if k not in internal}, **internal},
         settings.category_field: doc.category or "",
         settings.source_field: doc.source_id,
     }

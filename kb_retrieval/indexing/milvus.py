@@ -18,7 +18,17 @@ from kb_retrieval.config import Settings
 
 VARCHAR_LIMITS = {"id": 64, "content": 65535, "category": 256, "source": 1024}
 # Filled-in metadata keys the pipeline reads back from the JSON field.
-METADATA_KEYS = ("title", "breadcrumb", "keywords", "entities", "kb", "doc_hash", "position", "chunk_count")
+METADATA_KEYS = (
+    "title",
+    "breadcrumb",
+    "keywords",
+    "entities",
+    "kb",
+    "doc_hash",
+    "position",
+    "chunk_count",
+    "ingested_at",
+)
 
 
 class MilvusUnavailableError(ConnectionError):

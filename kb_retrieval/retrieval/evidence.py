@@ -11,9 +11,9 @@ from kb_retrieval.retrieval.l1.retriever import node_candidate
 def build_evidence_blocks(
     nodes: list[NodeWithScore], *, evidence_threshold: float, max_blocks: int
 ) -> list[EvidenceBlock]:
-    """Blocks for the nodes whose final rerank score reaches ``evidence_threshold``, best first.
+    """Blocks for the nodes whose evidence score reaches ``evidence_threshold``, in rerank order.
 
-    The final score is the L1 similarity plus the boosts of L0 hints that this L1 candidate matched: an L1 chunk
+    The evidence score is the L1 similarity plus the boosts of L0 hints that this L1 candidate matched: an L1 chunk
     corroborated by an exact alert-name or title match is usable at a lower similarity. The content always comes
     from L1; an L0 match alone never makes a block.
 
@@ -22,7 +22,7 @@ def build_evidence_blocks(
     blocks: list[EvidenceBlock] = []
     for node in nodes:
         candidate = node_candidate(node)
-        if (node.score or 0.0) < evidence_threshold:
+        if node.node.metadata.get("rerank", {}).get("evidence_score", node.score or 0.0) < evidence_threshold:
             continue
         reasons = list(node.node.metadata.get("rerank", {}).get("hit_reasons", []))
         uses_l0 = any(r.startswith(("l0_", "breadcrumb_match", "content_match")) for r in reasons)

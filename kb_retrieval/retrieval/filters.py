@@ -30,3 +30,10 @@ def equals_expr(field: str, value: str) -> str:
     if not _FIELD.match(field):
         raise ValueError(f"not a valid Milvus field name: {field!r}")
     return f"{field} == {string_literal(value)}"
+
+
+def in_expr(field: str, values: list[str]) -> str:
+    """``field in ["a", "b"]``; every value escaped like :func:`equals_expr`."""
+    if not _FIELD.match(field):
+        raise ValueError(f"not a valid Milvus field name: {field!r}")
+    return f"{field} in [{', '.join(string_literal(v) for v in values)}]"

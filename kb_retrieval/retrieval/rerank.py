@@ -11,6 +11,8 @@ candidate's metadata or content. The hint becomes a *hit reason* on the candidat
 | l0_category   | the candidate's category is one of the L0 domains                  | 0.03    |
 | breadcrumb    | a matched keyword or entity occurs in the candidate's breadcrumb   | 0.04    |
 | content       | a matched keyword or entity occurs in the candidate's text         | 0.04    |
+| lexical       | BM25 found the chunk: ``lexical_weight`` x its BM25 score relative | 0.2     |
+|               | to the query's best lexical hit (1.0 for the best)                 |         |
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ class RuleReranker(BaseNodePostprocessor):
 
     hints: L0Hints = Field(default_factory=L0Hints)
     boosts: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_BOOSTS))
+    lexical_scores: dict[str, float] = Field(default_factory=dict, description="chunk id -> relative BM25 score")
+    lexical_weight: float = 0.2
 
     @classmethod
     def class_name(cls) -> str:
@@ -65,10 +69,16 @@ class RuleReranker(BaseNodePostprocessor):
         for node in nodes:
             candidate = node_candidate(node)
             applied, reasons = self._signals(candidate, titles, keywords, entities, domains, signals)
+            if (lexical := self.lexical_scores.get(candidate.chunk_id)) is not None and self.lexical_weight > 0:
+                applied["lexical"] = round(self.lexical_weight * lexical, 6)
+                reasons.append(f"lexical_bm25:{lexical:.3f}")
             base = candidate.similarity
             node.score = round(base + sum(applied.values()), 6)
             node.node.metadata["rerank"] = {
                 "base_score": round(base, 6),
+                # What evidence usability is judged on: BM25 is relative to the query's best hit, so it ranks
+                # candidates but says nothing about whether the best one answers at all.
+                "evidence_score": round(base + sum(v for k, v in applied.items() if k != "lexical"), 6),
                 "boosts": applied,
                 "hit_reasons": [f"l1_semantic:{base:.3f}", *reasons],
             }

@@ -1,4 +1,7 @@
-"""The ``auto`` path: the vectorstore path first; the sdk path when it is unavailable or raises."""
+"""The ``auto`` path: the vectorstore path first; the sdk path when it is unavailable or raises.
+
+When both fail, the error raised names both failures, so the attempt's trace says why each path did not serve.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,10 @@ import logging
 from kb_retrieval.retrieval.l1.base import L1Search, VectorPath
 
 log = logging.getLogger(__name__)
+
+
+class AllPathsFailedError(RuntimeError):
+    """Both the preferred and the fallback path failed; the message names each failure."""
 
 
 class AutoPath:
@@ -22,7 +29,13 @@ class AutoPath:
         except Exception as exc:
             reason = f"{self.preferred.name} failed: {type(exc).__name__}: {_first_line(exc)}"
             log.warning("auto mode falling back to %s: %s", self.fallback.name, reason)
-        result = self.fallback.search(embedding, top_k, filter_expr)
+        try:
+            result = self.fallback.search(embedding, top_k, filter_expr)
+        except Exception as exc:
+            # Both halves short enough to survive the 500 characters the attempt's trace keeps of an error.
+            raise AllPathsFailedError(
+                f"{reason[:230]}; {self.fallback.name} failed: {type(exc).__name__}: {_first_line(exc)[:200]}"
+            ) from exc
         result.path_fallback_reason = reason
         return result
 

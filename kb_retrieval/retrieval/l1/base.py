@@ -52,8 +52,38 @@ def to_candidate(
         content=content,
         keywords=list(meta.get("keywords") or []),
         entities=list(meta.get("entities") or []),
+        chunk_count=meta.get("chunk_count"),
         score=float(raw_score),
         score_label=label,
         path=path,
         similarity=normalised_similarity(float(raw_score), label),
+        doc_hash=meta.get("doc_hash"),
+        ingested_at=_number(meta.get("ingested_at")),
     )
+
+
+def one_version_per_source(candidates: list[Candidate]) -> list[Candidate]:
+    """Only the chunks of one version of each source's document, in the order given.
+
+    Ingest writes an edited document's new chunks before it deletes the old ones (so a reader never finds the
+    document missing), which means a search that lands in between can return chunks of both versions. Mixing them
+    would show the agent half of each, so one version is kept: the newest (the latest ``ingested_at`` among its
+    chunks), or, between versions without that record (rows of an older ingest), the version of the source's
+    best-ranked chunk. Chunks without a ``doc_hash`` (a collection written by other tools) are all kept.
+    Apply it to every candidate list that merges searches (e.g. dense plus lexical candidates) as well.
+    """
+    versions: dict[tuple[str, str], tuple[float, int]] = {}  # (source, doc_hash) -> (latest stamp, -first rank)
+    for rank, c in enumerate(candidates):
+        if c.doc_hash is not None:
+            stamp = c.ingested_at if c.ingested_at is not None else float("-inf")
+            latest, first = versions.get((c.source, c.doc_hash), (stamp, -rank))
+            versions[(c.source, c.doc_hash)] = (max(latest, stamp), first)
+    chosen: dict[str, tuple[float, int, str]] = {}
+    for (source, doc_hash), (latest, first) in versions.items():
+        if source not in chosen or (latest, first) > chosen[source][:2]:
+            chosen[source] = (latest, first, doc_hash)
+    return [c for c in candidates if c.doc_hash is None or chosen[c.source][2] == c.doc_hash]
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

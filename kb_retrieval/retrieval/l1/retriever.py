@@ -17,7 +17,7 @@ from pymilvus import MilvusClient
 from kb_retrieval.config import Settings
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.models import Candidate
-from kb_retrieval.retrieval.filters import equals_expr
+from kb_retrieval.retrieval.filters import equals_expr, in_expr
 from kb_retrieval.retrieval.l1.auto import AutoPath
 from kb_retrieval.retrieval.l1.base import L1Search, VectorPath
 from kb_retrieval.retrieval.l1.sdk import SdkPath
@@ -67,11 +67,24 @@ class L1Retriever(BaseRetriever):
         self.embed_model = embed_model
         self.category_filter = category_filter
 
-    def filter_expr(self, category: str | None) -> str | None:
-        return equals_expr(self.settings.category_field, category) if category else None
+    def filter_expr(self, category: str | None, ids: list[str] | None = None) -> str | None:
+        parts = []
+        if category:
+            parts.append(equals_expr(self.settings.category_field, category))
+        if ids:
+            parts.append(in_expr(self.settings.id_field, ids))
+        return " and ".join(parts) or None
 
-    def search(self, embedding: list[float], category: str | None = None, top_k: int | None = None) -> L1Search:
-        return self.path.search(embedding, top_k or self.settings.top_k, self.filter_expr(category))
+    def search(
+        self,
+        embedding: list[float],
+        category: str | None = None,
+        top_k: int | None = None,
+        ids: list[str] | None = None,
+    ) -> L1Search:
+        """Dense search in Milvus; ``ids`` restricts it to those chunks (scoring lexical candidates in Milvus)."""
+        limit = len(ids) if ids else top_k or self.settings.top_k
+        return self.path.search(embedding, limit, self.filter_expr(category, ids))
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         embedding = query_bundle.embedding or embed_query(self.embed_model, query_bundle.query_str)

@@ -1,11 +1,16 @@
-"""The ``sdk`` path: ``pymilvus.MilvusClient.search`` directly."""
+"""The ``sdk`` path: ``pymilvus.MilvusClient.search`` directly.
+
+Every search carries a deadline (``milvus_search_timeout_s``, pymilvus' retries included), so a hung or restarting
+server fails the attempt in bounded time. Reconnecting is pymilvus' own: its connection manager resets the channel
+on UNAVAILABLE, so the same client serves again once the server is back (tests/reliability show both).
+"""
 
 from __future__ import annotations
 
 from pymilvus import MilvusClient
 
 from kb_retrieval.config import Settings
-from kb_retrieval.retrieval.l1.base import L1Search, output_fields, to_candidate
+from kb_retrieval.retrieval.l1.base import L1Search, one_version_per_source, output_fields, to_candidate
 
 
 class SdkPath:
@@ -25,6 +30,7 @@ class SdkPath:
             output_fields=self._fields,
             anns_field=self.settings.vector_field,
             search_params={"metric_type": self.settings.metric},
+            timeout=self.settings.milvus_search_timeout_s,
         )[0]
         candidates = [
             to_candidate(
@@ -37,4 +43,4 @@ class SdkPath:
             )
             for hit in hits
         ]
-        return L1Search(candidates=candidates, path="sdk")
+        return L1Search(candidates=one_version_per_source(candidates), path="sdk")

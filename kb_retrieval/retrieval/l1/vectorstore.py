@@ -3,10 +3,15 @@
 The store is told our field names (``text_key``, ``embedding_field``, ``output_fields``) and never manages the
 schema or index (``IndexManagement.NO_VALIDATION``). Filters go in as our own escaped expression (``string_expr``)
 rather than ``MetadataFilters``, whose values the store pastes into the expression unescaped.
+
+The store's client is created with the connect timeout, and its ``search`` carries the search deadline
+(``milvus_search_timeout_s``): ``MilvusVectorStore.query`` has no timeout of its own, and a hung server would
+otherwise hold the lookup for a minute or more. Reconnecting after a server restart is pymilvus' own.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 
 from llama_index.core.vector_stores.types import VectorStoreQuery
@@ -14,7 +19,7 @@ from llama_index.vector_stores.milvus import MilvusVectorStore
 from llama_index.vector_stores.milvus.base import IndexManagement
 
 from kb_retrieval.config import Settings
-from kb_retrieval.retrieval.l1.base import L1Search, output_fields, to_candidate
+from kb_retrieval.retrieval.l1.base import L1Search, one_version_per_source, output_fields, to_candidate
 
 
 class VectorStoreUnavailableError(RuntimeError):
@@ -22,7 +27,7 @@ class VectorStoreUnavailableError(RuntimeError):
 
 
 def make_vector_store(settings: Settings) -> MilvusVectorStore:
-    return MilvusVectorStore(
+    store = MilvusVectorStore(
         uri=settings.resolved_milvus_uri(),
         token=settings.milvus_token,
         collection_name=settings.collection,
@@ -35,7 +40,11 @@ def make_vector_store(settings: Settings) -> MilvusVectorStore:
         index_management=IndexManagement.NO_VALIDATION,
         consistency_level="Strong",
         use_async_client=False,
+        timeout=settings.milvus_timeout_s,  # to the store's MilvusClient: the connect timeout
     )
+    client = store.client
+    client.search = functools.partial(client.search, timeout=settings.milvus_search_timeout_s)
+    return store
 
 
 class VectorStorePath:
@@ -72,4 +81,4 @@ class VectorStorePath:
             )
             for node, score, chunk_id in zip(result.nodes or [], similarities, ids, strict=True)
         ]
-        return L1Search(candidates=candidates, path="vectorstore")
+        return L1Search(candidates=one_version_per_source(candidates), path="vectorstore")

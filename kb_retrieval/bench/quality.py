@@ -1,0 +1,132 @@
+"""Document-level retrieval quality of ``lookup_knowledge`` and the stock retrievers on the shared golden sets.
+
+For ``lookup_knowledge`` the ranking is the document-level ranking the tool answered from when it reported
+``found = true``, and empty when it reported no evidence (an answer withheld counts as a miss). The stock retrievers
+always return something, so on cases without an expected document they are never right.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kb_retrieval.bench.stock import build_stock, document_ranking
+from kb_retrieval.config import Settings
+
+KS = (1, 3, 5)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A corpus configuration: the KB folders ingested together, and the golden sets run against them."""
+
+    name: str
+    corpora: tuple[str, ...]
+    golden_sets: tuple[str, ...]
+
+
+RUNBOOK_SETS = (
+    "runbooks-alerts-dev",
+    "runbooks-alerts-dev-named",
+    "runbooks-alerts-instances",
+    "runbooks-alerts-etcd",
+    "runbooks-alerts-unmapped",
+)
+SETTINGS = (
+    Setting("runbooks", ("runbooks",), RUNBOOK_SETS),
+    Setting("mixed", ("runbooks", "awesome-alerts"), RUNBOOK_SETS),
+    Setting("prometheus-docs", ("prometheus-docs",), ("prometheus-docs-faq",)),
+)
+
+
+@dataclass
+class Case:
+    case_id: str
+    query: str
+    relevant: set[str]
+
+
+def read_cases(path: Path) -> list[Case]:
+    """Golden lines as they are (a blank query is kept: the right answer to it is no evidence)."""
+    cases = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            record = json.loads(line)
+            relevant = set(record.get("expected_docs") or []) | set(record.get("acceptable_docs") or [])
+            cases.append(Case(record["case_id"], record.get("query") or "", relevant))
+    return cases
+
+
+@dataclass
+class SystemScores:
+    answerable: int = 0
+    hits: dict[int, int] = field(default_factory=lambda: dict.fromkeys(KS, 0))
+    reciprocal_ranks: float = 0.0
+    no_answer: int = 0
+    no_answer_correct: int = 0
+    answerable_found: int = 0
+
+    def add(self, case: Case, ranking: list[str], found: bool) -> None:
+        if not case.relevant:
+            self.no_answer += 1
+            self.no_answer_correct += int(not found)
+            return
+        self.answerable += 1
+        self.answerable_found += int(found)
+        rank = next((i for i, source in enumerate(ranking[:10], start=1) if source in case.relevant), None)
+        if rank is not None:
+            self.reciprocal_ranks += 1.0 / rank
+            for k in KS:
+                self.hits[k] += int(rank <= k)
+
+    def summary(self) -> dict[str, Any]:
+        n = self.answerable
+        out: dict[str, Any] = {"answerable": n, "no_answer": self.no_answer}
+        for k in KS:
+            out[f"hit@{k}"] = round(self.hits[k] / n, 4) if n else None
+        out["mrr@10"] = round(self.reciprocal_ranks / n, 4) if n else None
+        out["no_answer_found_false"] = round(self.no_answer_correct / self.no_answer, 4) if self.no_answer else None
+        out["answerable_found_true"] = round(self.answerable_found / n, 4) if n else None
+        return out
+
+
+def run_setting(
+    setting: Setting, shared: Path, state_root: Path, embed_model: Any, log: Callable[[str], None]
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """{golden set: {system: metrics}} for one setting."""
+    from kb_retrieval.engine import KnowledgeLookup
+    from kb_retrieval.indexing.ingest import ingest
+    from kb_retrieval.retrieval.query_transform import EmptyQueryError
+
+    roots = [shared / "corpora" / c for c in setting.corpora]
+    settings = Settings(state_dir=state_root / setting.name, collection="kb_chunks", vector_store_mode="sdk")
+    summary = ingest(roots, settings, embed_model=embed_model)
+    log(f"[{setting.name}] lookup_knowledge index: {summary.documents} documents, embedded {summary.chunks_embedded}")
+    lookup = KnowledgeLookup(settings, embed_model=embed_model)
+    stock = build_stock(roots, settings.resolved_milvus_uri(), "stock_chunks", embed_model)
+    log(f"[{setting.name}] stock index: {stock.chunk_count} chunks")
+
+    results: dict[str, dict[str, dict[str, Any]]] = {}
+    for set_name in setting.golden_sets:
+        cases = read_cases(shared / "golden" / f"{set_name}.jsonl")
+        scores = {"lookup_knowledge": SystemScores(), **{name: SystemScores() for name in stock.by_name()}}
+        for case in cases:
+            try:
+                result, ranking = lookup.lookup_ranked(case.query)
+                found = result.found
+                scores["lookup_knowledge"].add(case, [c.source for c in ranking] if found else [], found)
+            except EmptyQueryError:
+                scores["lookup_knowledge"].add(case, [], False)
+            for name, retriever in stock.by_name().items():
+                stock_ranking = document_ranking(retriever, case.query) if case.query.strip() else []
+                scores[name].add(case, stock_ranking, bool(stock_ranking))
+        results[set_name] = {name: s.summary() for name, s in scores.items()}
+        log(
+            f"[{setting.name}] {set_name}: "
+            + ", ".join(f"{n} hit@1={m['hit@1']}" for n, m in results[set_name].items())
+        )
+    lookup.close()
+    return results

@@ -1,0 +1,228 @@
+"""``kb-retrieval bench``: run the quality and speed benchmarks, write ``reports/bench/`` and the README section.
+
+Quality figures are deterministic for the same inputs; speed figures are measurements of this machine and vary
+between runs. Reports hold no timestamps, absolute paths or machine names.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from kb_retrieval.bench.quality import SETTINGS, read_cases, run_setting
+from kb_retrieval.bench.speed import ingest_throughput, latency_at_scale, warm_latency
+from kb_retrieval.config import Settings
+
+SYSTEMS = ("lookup_knowledge", "stock_dense", "stock_bm25", "stock_fusion")
+README_START = "<!-- bench:start -->"
+README_END = "<!-- bench:end -->"
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def run_bench(shared: Path, out_dir: Path, state_root: Path, *, parts: set[str], readme: Path | None) -> dict[str, Any]:
+    from kb_retrieval.indexing.embeddings import load_embed_model
+
+    started = time.perf_counter()
+    embed_model = load_embed_model()
+    report: dict[str, Any] = {"quality": {}, "speed": {}}
+    if "quality" in parts:
+        for setting in SETTINGS:
+            report["quality"][setting.name] = run_setting(setting, shared, state_root, embed_model, _log)
+    if "speed" in parts:
+        runbooks = shared / "corpora" / "runbooks"
+        queries = [c.query for c in read_cases(shared / "golden" / "runbooks-alerts-dev.jsonl")][:60]
+        settings = Settings(state_dir=state_root / "runbooks", vector_store_mode="sdk")
+        from kb_retrieval.indexing.ingest import ingest
+
+        ingest([runbooks], settings, embed_model=embed_model)
+        report["speed"]["warm_latency"] = warm_latency(settings, queries, embed_model)
+        _log(f"[speed] warm latency: {report['speed']['warm_latency']}")
+        throughput_dir = state_root / "throughput"
+        _remove_tree(throughput_dir)
+        report["speed"]["ingest_throughput"] = ingest_throughput(runbooks, throughput_dir, embed_model)
+        _log(f"[speed] ingest throughput: {report['speed']['ingest_throughput']}")
+        scale_dir = state_root / "scale"
+        _remove_tree(scale_dir)
+        report["speed"]["scale"] = latency_at_scale(runbooks, scale_dir, queries[:30], embed_model, log=_log)
+    report["targets"] = targets(report)
+    report["seconds_total"] = round(time.perf_counter() - started, 1)
+    write_report(report, out_dir)
+    if readme is not None and report["quality"] and report["speed"]:
+        update_readme(readme, summary_markdown(report))
+    print(summary_markdown(report))
+    return report
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def targets(report: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    quality = report.get("quality") or {}
+    mixed_dev = quality.get("mixed", {}).get("runbooks-alerts-dev")
+    if mixed_dev:
+        value = mixed_dev["lookup_knowledge"]["hit@1"]
+        out["mixed_dev_hit@1>=0.80"] = {"value": value, "met": value >= 0.80}
+    below = []
+    for setting, sets in quality.items():
+        for name, systems in sets.items():
+            ours = systems["lookup_knowledge"]["hit@1"]
+            best = max((systems[s]["hit@1"] for s in SYSTEMS[1:] if systems[s]["hit@1"] is not None), default=None)
+            if ours is not None and best is not None and ours < best:
+                below.append(f"{setting}/{name}: {ours} < {best}")
+    if quality:
+        out["never_below_best_stock_hit@1"] = {"met": not below, "below": below}
+        no_answer = [
+            (systems["lookup_knowledge"]["no_answer_found_false"], systems["lookup_knowledge"]["answerable_found_true"])
+            for sets in quality.values()
+            for systems in sets.values()
+            if systems["lookup_knowledge"]["no_answer_found_false"] is not None
+        ]
+        share = min((a for a, _ in no_answer), default=None)
+        out["no_answer_mostly_found_false"] = {"min_share": share, "met": share is not None and share > 0.5}
+    latency = (report.get("speed") or {}).get("warm_latency")
+    if latency:
+        out["warm_p50<=0.5x_stock_dense"] = {"ratio": latency["p50_ratio"], "met": latency["p50_ratio"] <= 0.5}
+    throughput = (report.get("speed") or {}).get("ingest_throughput")
+    if throughput:
+        out["ingest/raw_embedding>=0.85"] = {"ratio": throughput["ratio"], "met": throughput["ratio"] >= 0.85}
+    return out
+
+
+def summary_markdown(report: dict[str, Any]) -> str:
+    lines = [
+        "| setting | golden set | "
+        + " | ".join(f"{s} hit@1" for s in SYSTEMS)
+        + " | lookup_knowledge no-answer found=false |"
+    ]
+    lines.append("| --- | --- | " + " | ".join("---:" for _ in SYSTEMS) + " | ---: |")
+    for setting, sets in (report.get("quality") or {}).items():
+        for name, systems in sets.items():
+            cells = [_fmt(systems[s]["hit@1"]) for s in SYSTEMS]
+            lines.append(
+                f"| {setting} | {name} | "
+                + " | ".join(cells)
+                + f" | {_fmt(systems['lookup_knowledge']['no_answer_found_false'])} |"
+            )
+    speed = report.get("speed") or {}
+    if latency := speed.get("warm_latency"):
+        lines += [
+            "",
+            f"Warm lookup latency ({latency['queries']} runbook alert queries): lookup_knowledge p50 "
+            f"{latency['lookup_knowledge_ms']['p50']} ms / p95 {latency['lookup_knowledge_ms']['p95']} ms; stock "
+            f"VectorIndexRetriever on the same collection p50 {latency['stock_dense_ms']['p50']} ms / p95 "
+            f"{latency['stock_dense_ms']['p95']} ms; ratio {latency['p50_ratio']}.",
+        ]
+    if throughput := speed.get("ingest_throughput"):
+        lines.append(
+            f"Ingest {throughput['ingest_chunks_per_s']} chunks/s vs raw embedding "
+            f"{throughput['raw_embedding_chunks_per_s']} chunks/s (ratio {throughput['ratio']})."
+        )
+    if scale := speed.get("scale"):
+        lines.append(
+            "Lookup p50 by collection size: " + ", ".join(f"{s['chunks']} chunks {s['p50_ms']} ms" for s in scale) + "."
+        )
+    if report.get("targets"):
+        lines += [
+            "",
+            "Targets: "
+            + "; ".join(f"{k}: {'met' if v['met'] else 'NOT met'}" for k, v in report["targets"].items())
+            + ".",
+        ]
+    return "\n".join(lines)
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+def write_report(report: dict[str, Any], out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "bench.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    md = [
+        "# Benchmarks",
+        "",
+        "Document-level quality of `lookup_knowledge` against the stock LlamaIndex retrievers (MarkdownNodeParser + "
+        "SentenceSplitter(512) chunks, all-MiniLM-L6-v2, Milvus Lite COSINE, top 20) on the golden sets of "
+        "`../shared/golden`, and speed on this machine. Regenerate with `make bench`.",
+        "",
+        "## Summary",
+        "",
+        summary_markdown(report),
+        "",
+        "## Quality in detail",
+        "",
+    ]
+    for setting, sets in (report.get("quality") or {}).items():
+        md += [
+            f"### {setting}",
+            "",
+            "| golden set | system | hit@1 | hit@3 | hit@5 | MRR@10 | no-answer found=false | answerable found=true |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for name, systems in sets.items():
+            for system in SYSTEMS:
+                m = systems[system]
+                md.append(
+                    f"| {name} | {system} | {_fmt(m['hit@1'])} | {_fmt(m['hit@3'])} | {_fmt(m['hit@5'])} | "
+                    f"{_fmt(m['mrr@10'])} | {_fmt(m['no_answer_found_false'])} | {_fmt(m['answerable_found_true'])} |"
+                )
+        md.append("")
+    if speed := report.get("speed"):
+        md += ["## Speed", "", "```json", json.dumps(speed, indent=2, sort_keys=True), "```", ""]
+    (out_dir / "bench.md").write_text("\n".join(md), encoding="utf-8")
+    _charts(report, out_dir)
+
+
+def _charts(report: dict[str, Any], out_dir: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    quality = report.get("quality") or {}
+    if quality:
+        labels = [
+            f"{setting}\n{name.replace('runbooks-alerts-', '')}" for setting, sets in quality.items() for name in sets
+        ]
+        fig, ax = plt.subplots(figsize=(max(8, len(labels) * 0.9), 4.5))
+        width = 0.2
+        for i, system in enumerate(SYSTEMS):
+            values = [sets[name][system]["hit@1"] or 0 for sets in quality.values() for name in sets]
+            ax.bar([x + i * width for x in range(len(labels))], values, width, label=system)
+        ax.set_xticks([x + 1.5 * width for x in range(len(labels))], labels, fontsize=7)
+        ax.set_ylabel("document hit@1")
+        ax.set_ylim(0, 1)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out_dir / "quality_hit1.png", dpi=110, metadata={"Software": None})
+        plt.close(fig)
+    if scale := (report.get("speed") or {}).get("scale"):
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        ax.plot([s["chunks"] for s in scale], [s["p50_ms"] for s in scale], marker="o", label="lookup p50")
+        ax.plot([s["chunks"] for s in scale], [s["search_p50_ms"] for s in scale], marker="s", label="search p50")
+        ax.set_xscale("log")
+        ax.set_xlabel("chunks in collection")
+        ax.set_ylabel("ms")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out_dir / "latency_scale.png", dpi=110, metadata={"Software": None})
+        plt.close(fig)
+
+
+def update_readme(readme: Path, summary: str) -> None:
+    text = readme.read_text(encoding="utf-8")
+    if README_START not in text or README_END not in text:
+        return
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    readme.write_text(f"{head}{README_START}\n{summary}\n{README_END}{tail}", encoding="utf-8")

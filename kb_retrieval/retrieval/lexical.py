@@ -1,0 +1,76 @@
+"""A lexical signal beside the dense one: BM25 over the same chunks that are in Milvus.
+
+Alert texts and runbooks share exact vocabulary (metric names, component names, "has not found all other cluster
+members") that a small sentence-embedding model blurs. BM25 finds those chunks; Milvus still scores them: the
+pipeline asks Milvus for the dense similarity of every lexical candidate (a search restricted to their ids), so the
+search stays in Milvus and every candidate carries one comparable similarity.
+
+The index is built in memory from the collection's rows when a lookup object is created (the chunk text with its
+breadcrumb, tokenised with English stemming and stopwords), so it always matches what the collection held then.
+
+Example:
+    >>> index = LexicalIndex.build([("c1", "Redis memory high", "redis"), ("c2", "MySQL lag", "mysql")])
+    >>> [hit.chunk_id for hit in index.search("redis maxmemory reached", 5)]
+    ['c1']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+_TOKEN_PATTERN = r"(?u)\b\w\w+\b"
+
+
+@dataclass(frozen=True)
+class LexicalHit:
+    chunk_id: str
+    score: float  # BM25, normalised by the best score of the query: 1.0 for the best hit
+
+
+class LexicalIndex:
+    """BM25 (bm25s) over chunk texts; ``search`` is read-only and thread-safe."""
+
+    def __init__(self, chunk_ids: list[str], categories: list[str], retriever: object, tokenizer: object) -> None:
+        self.chunk_ids = chunk_ids
+        self.categories = np.asarray(categories, dtype=object)
+        self._retriever = retriever
+        self._tokenizer = tokenizer
+
+    @classmethod
+    def build(cls, rows: Iterable[tuple[str, str, str]]) -> LexicalIndex:
+        """Index ``(chunk_id, text, category)`` rows."""
+        import bm25s
+        import Stemmer
+        from bm25s.tokenization import Tokenizer
+
+        rows = list(rows)
+        tokenizer = Tokenizer(stemmer=Stemmer.Stemmer("english"), stopwords="en", splitter=_TOKEN_PATTERN)
+        retriever = bm25s.BM25()
+        if rows:
+            ids = tokenizer.tokenize(
+                [text for _, text, _ in rows], update_vocab=True, return_as="ids", show_progress=False
+            )
+            retriever.index(ids, show_progress=False)
+        return cls([r[0] for r in rows], [r[2] for r in rows], retriever, tokenizer)
+
+    def __len__(self) -> int:
+        return len(self.chunk_ids)
+
+    def search(self, query: str, k: int, category: str | None = None) -> list[LexicalHit]:
+        """Up to ``k`` chunks with a positive BM25 score, best first, optionally of one category only."""
+        if not self.chunk_ids:
+            return []
+        ids = self._tokenizer.tokenize([query], update_vocab=False, return_as="ids", show_progress=False)  # type: ignore[attr-defined]
+        if not ids or not ids[0]:
+            return []
+        weights = self._retriever.get_scores(ids[0])  # type: ignore[attr-defined]
+        if category is not None:
+            weights = np.where(self.categories == category, weights, 0.0)
+        top = np.argsort(-weights, kind="stable")[:k]
+        best = float(weights[top[0]]) if len(top) else 0.0
+        if best <= 0:
+            return []
+        return [LexicalHit(self.chunk_ids[i], round(float(weights[i]) / best, 6)) for i in top if weights[i] > 0]

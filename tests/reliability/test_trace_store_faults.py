@@ -1,0 +1,117 @@
+"""A trace database that is locked, unusable or drops its connections: the lookup still answers, and every lost row
+is reported (logged and counted in ``TraceStore.failures``), never silently dropped. SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from kb_retrieval.engine import KnowledgeLookup
+from kb_retrieval.traces import TraceStore
+from tests.reliability.conftest import KNOWN_QUERIES, check_result
+
+QUERY, SOURCE = next(iter(KNOWN_QUERIES.items()))
+LOCK_TIMEOUT_S = 0.4
+
+
+@contextmanager
+def locked(url: str) -> Iterator[None]:
+    """Hold the trace table exclusively from another connection (another process would do the same)."""
+    if url.startswith("sqlite"):
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=1, isolation_level=None)
+        conn.execute("BEGIN EXCLUSIVE")
+        try:
+            yield
+        finally:
+            conn.execute("ROLLBACK")
+            conn.close()
+        return
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        transaction = conn.begin()
+        conn.execute(text("LOCK TABLE tool_invocation IN ACCESS EXCLUSIVE MODE"))
+        try:
+            yield
+        finally:
+            transaction.rollback()
+    engine.dispose()
+
+
+@pytest.mark.timeout(120)
+def test_locked_store_lookup_answers_and_the_loss_is_counted(trace_url, sample_settings, embed_model, caplog):
+    store = TraceStore(trace_url, timeout_s=LOCK_TIMEOUT_S)
+    lookup = KnowledgeLookup(sample_settings, embed_model=embed_model, trace_store=store)
+    assert lookup.lookup(QUERY).trace_recorded  # the table exists (and SQLite is in WAL mode) before the lock
+    caplog.set_level(logging.ERROR, logger="kb_retrieval.traces")
+
+    with locked(trace_url):
+        started = time.monotonic()
+        result = lookup.lookup(QUERY)
+        seconds = time.monotonic() - started
+        second = lookup.lookup(QUERY)
+
+    check_result(result, sample_settings)
+    assert result.found and result.evidence_blocks[0].source == SOURCE  # the lookup answered
+    assert (result.trace_recorded, second.trace_recorded) == (False, False)
+    assert store.failures == 2
+    assert "locked" in (store.last_error or "").lower() or "timeout" in (store.last_error or "").lower()
+    assert caplog.text.count("could not record lookup") == 2 and "(2 failures so far)" in caplog.text
+    assert "retrieval_details" not in caplog.text  # the error's first line, not the whole row
+    assert seconds < LOCK_TIMEOUT_S + 15, f"the lock held the lookup {seconds:.1f} s"
+
+    after = lookup.lookup(QUERY)  # the lock is gone: recording resumes on the same store
+    assert after.trace_recorded and store.failures == 2
+    assert store.count() == 2  # one before, one after: the two lost rows are the two counted failures
+
+
+def test_unusable_sqlite_location_still_answers(tmp_path, sample_settings, embed_model, caplog):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the trace folder should be")
+    store = TraceStore(f"sqlite:///{blocker / 'traces.db'}")  # constructing it must not fail the lookup object
+    lookup = KnowledgeLookup(sample_settings, embed_model=embed_model, trace_store=store)
+    result = lookup.lookup(QUERY)
+    assert result.found and result.trace_recorded is False
+    assert store.failures == 1 and "OperationalError" in (store.last_error or "")
+    assert "could not record lookup" in caplog.text
+
+
+@pytest.mark.postgres
+def test_postgres_connections_killed_midrun_are_replaced(postgres_schema_url, sample_settings, embed_model):
+    """A database restart or failover ends every pooled connection: the next write reconnects (pre-ping)."""
+    trace_url = postgres_schema_url
+    store = TraceStore(trace_url)
+    lookup = KnowledgeLookup(sample_settings, embed_model=embed_model, trace_store=store)
+    assert lookup.lookup(QUERY).trace_recorded
+    application = trace_url.rsplit("application_name=", 1)[1]
+    admin = create_engine(trace_url.split("?", 1)[0])
+    with admin.begin() as conn:
+        ended = conn.execute(
+            text(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = :app AND pid <> pg_backend_pid()"
+            ),
+            {"app": application},
+        ).scalar_one()
+    admin.dispose()
+    assert ended >= 1
+    assert lookup.lookup(QUERY).trace_recorded and store.failures == 0 and store.count() == 2
+
+
+def test_query_with_nul_and_control_characters_is_recorded(trace_url, sample_settings, embed_model):
+    """PostgreSQL text cannot hold NUL: the row keeps a replacement character, the JSON details the exact query."""
+    store = TraceStore(trace_url)
+    lookup = KnowledgeLookup(sample_settings, embed_model=embed_model, trace_store=store)
+    query = "Redis\x00Memory\x1b[31mHigh\u202e on cache-01 \u0007 内存 высокая"
+    result = lookup.lookup(query)
+    assert result.trace_recorded, store.last_error
+    row = store.rows()[-1]
+    assert row.query == query.replace("\x00", "\ufffd")
+    assert row.retrieval_details["query_transform"]["original_query"] == query
+    assert "\x00" not in result.query_transform.normalized_query
+    assert "\x1b" not in result.query_transform.normalized_query

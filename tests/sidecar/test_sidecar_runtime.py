@@ -1,0 +1,219 @@
+"""The sidecar beside a lookup: off by default, parallel, bounded by its deadline, never changing the main result.
+
+How waiting works (``sidecar/runner.py``): the sidecar starts at the beginning of ``lookup_ranked``; the end of the
+lookup waits for what is left of ``sidecar_timeout_s`` counted from that start. So a lookup takes
+``max(main, min(sidecar, timeout))``, never ``main + sidecar``. The tests below pin each part of that down.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+from sidecar_fakes import QUERY, FakeRetriever, stable
+
+from kb_retrieval.config import Settings
+from kb_retrieval.engine import KnowledgeLookup
+from kb_retrieval.traces import SIDECAR_DISABLED_REASON
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _timed(lookup: KnowledgeLookup, query: str = QUERY):
+    t0 = time.perf_counter()
+    result, ranking, run = lookup.lookup_with_sidecar(query)
+    return time.perf_counter() - t0, result, ranking, run
+
+
+def _details(lookup: KnowledgeLookup) -> dict:
+    return lookup.traces.rows()[-1].retrieval_details
+
+
+# --- disabled by default ------------------------------------------------------------------------------------
+
+
+def test_disabled_by_default(monkeypatch, sample_lookup):
+    monkeypatch.delenv("KB_SIDECAR_ENABLED", raising=False)
+    assert Settings().sidecar_enabled is False
+    monkeypatch.setenv("KB_SIDECAR_ENABLED", "true")
+    assert Settings().sidecar_enabled is True  # enabling is that one setting
+
+    assert sample_lookup.sidecar is None
+    result, _, run = sample_lookup.lookup_with_sidecar(QUERY)
+    assert result.found
+    assert run.status == "disabled" and run.reason == SIDECAR_DISABLED_REASON
+    assert _details(sample_lookup)["sidecar"] == {"status": "disabled", "reason": SIDECAR_DISABLED_REASON}
+
+
+def test_disabled_sidecar_is_never_imported(tmp_path):
+    """In a fresh interpreter: a lookup with the sidecar off imports nothing of it; switching it on does."""
+    kb = tmp_path / "kb" / "jvm"
+    kb.mkdir(parents=True)
+    (kb / "gc.md").write_text(
+        "# Choosing a JVM garbage collector\n\nFor latency-sensitive services use G1 or ZGC; "
+        "pause times stay low when the heap is sized with headroom.\n",
+        encoding="utf-8",
+    )
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        from kb_retrieval.config import Settings
+        from kb_retrieval.engine import KnowledgeLookup
+        from kb_retrieval.indexing.ingest import ingest
+
+        settings = Settings(state_dir={str(tmp_path / "state")!r}, vector_store_mode="sdk")
+        ingest([{str(tmp_path / "kb")!r}], settings)
+        lookup = KnowledgeLookup(settings)
+        result = lookup.lookup("which garbage collector for a latency-sensitive JVM service")
+        off = sorted(m for m in sys.modules if m == "sidecar" or m.startswith("sidecar."))
+        details = lookup.traces.rows()[-1].retrieval_details
+        # the positive control: the same check sees the sidecar once it is switched on
+        KnowledgeLookup(settings.model_copy(update={{"sidecar_enabled": True}}), embed_model=lookup.embed_model)
+        on = sorted(m for m in sys.modules if m == "sidecar" or m.startswith("sidecar."))
+        print(json.dumps({{"found": result.found, "off": off, "on": on, "sidecar": details["sidecar"]}}))
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=240, env=_offline_env()
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["found"] is True
+    assert report["off"] == []
+    assert report["sidecar"]["status"] == "disabled"
+    assert "sidecar" in report["on"] and "sidecar.runner" in report["on"]
+
+
+def _offline_env() -> dict[str, str]:
+    import os
+
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+# --- parallel, and bounded by the deadline ------------------------------------------------------------------
+
+
+def test_sidecar_runs_in_parallel_with_the_main_path(make_lookup):
+    """Main path slowed to ~1 s, sidecar sleeping 1 s: together ~1 s (overlap), not ~2 s (the sum)."""
+    alone = make_lookup(main_delay=1.0)
+    alone.lookup(QUERY)  # warm-up (first-call costs)
+    main_s, *_ = _timed(alone)
+
+    sidecar = FakeRetriever(sleep=1.0)
+    both = make_lookup(sidecar, main_delay=1.0, timeout_s=3.0)
+    both_s, _, _, run = _timed(both)
+
+    assert run.status == "ok" and run.elapsed_ms >= 1000  # the sidecar really spent its second
+    assert main_s >= 1.0
+    assert both_s < main_s + 0.5, f"main alone {main_s:.2f}s, with a 1 s sidecar {both_s:.2f}s: not parallel"
+
+
+def test_a_slower_sidecar_is_waited_for_only_until_it_answers(make_lookup):
+    """Fast main path, sidecar 1.5 s, deadline 3 s: the lookup waits for the sidecar (that is the design), ~1.5 s."""
+    alone = make_lookup()
+    alone.lookup(QUERY)
+    main_s, *_ = _timed(alone)
+
+    lookup = make_lookup(FakeRetriever(sleep=1.5), timeout_s=3.0)
+    total_s, result, _, run = _timed(lookup)
+    assert run.status == "ok"
+    assert 1.5 <= total_s < max(main_s, 1.5) + 0.5
+    assert run.waited_ms > 0 and result.elapsed_ms >= 1500  # elapsed_ms is what the caller waited
+
+
+def test_hanging_sidecar_times_out_and_leaves_the_main_result_unchanged(make_lookup):
+    baseline = make_lookup()
+    expected = stable(baseline.lookup_ranked(QUERY)[0].to_json_dict())
+    main_s, *_ = _timed(baseline)
+
+    gate = threading.Event()  # released at teardown
+    lookup = make_lookup(FakeRetriever(gate=gate), timeout_s=0.5)
+    total_s, result, _, run = _timed(lookup)
+
+    assert run.status == "timeout" and "0.5 s" in (run.reason or "") and "retrieving" in (run.reason or "")
+    assert total_s < max(main_s, 0.5) + 0.5
+    assert stable(result.to_json_dict()) == expected
+    entry = _details(lookup)["sidecar"]
+    assert entry["status"] == "timeout" and entry["top_candidates"] == []
+
+
+def test_crashing_sidecar_fails_and_leaves_the_main_result_unchanged(make_lookup):
+    baseline = make_lookup()
+    expected = stable(baseline.lookup_ranked(QUERY)[0].to_json_dict())
+
+    lookup = make_lookup(FakeRetriever(error=RuntimeError("boom in the stock retriever")))
+    _, result, _, run = _timed(lookup)
+
+    assert run.status == "failed"
+    assert "RuntimeError: boom in the stock retriever" in (run.reason or "")
+    assert stable(result.to_json_dict()) == expected
+    assert _details(lookup)["sidecar"]["status"] == "failed"
+
+
+def test_sidecar_that_cannot_initialise_is_unavailable(make_lookup):
+    baseline = make_lookup()
+    expected = stable(baseline.lookup_ranked(QUERY)[0].to_json_dict())
+
+    def no_store():
+        raise ConnectionError("Milvus at http://127.0.0.1:9 refused the connection")
+
+    lookup = make_lookup(no_store)
+    _, result, _, run = _timed(lookup)
+    assert run.status == "unavailable"
+    assert "cannot initialise" in (run.reason or "") and "ConnectionError" in (run.reason or "")
+    assert stable(result.to_json_dict()) == expected
+
+
+def test_hung_sidecars_do_not_pile_up(make_lookup):
+    gate = threading.Event()
+    lookup = make_lookup(FakeRetriever(gate=gate), timeout_s=0.2, max_in_flight=1)
+    first = lookup.lookup_with_sidecar(QUERY)[2]
+    second = lookup.lookup_with_sidecar(QUERY)[2]
+    assert first.status == "timeout"
+    assert second.status == "unavailable" and "still running" in (second.reason or "")
+    assert lookup.sidecar is not None and lookup.sidecar.in_flight == 1
+    gate.set()
+    deadline = time.monotonic() + 10
+    while lookup.sidecar.in_flight and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert lookup.sidecar.in_flight == 0
+    assert lookup.lookup_with_sidecar(QUERY)[2].status == "ok"
+
+
+def test_ok_run_is_in_the_trace_row_and_deduped_by_source(make_lookup):
+    lookup = make_lookup(FakeRetriever())
+    _, _, _, run = _timed(lookup)
+    assert run.status == "ok" and run.chunk_count == 3
+    assert [(r.rank, r.source, r.score) for r in run.results] == [(1, "jvm/gc.md", 0.8), (2, "jvm/heap.md", 0.6)]
+    entry = _details(lookup)["sidecar"]
+    assert entry["status"] == "ok" and entry["path"] == "sidecar:vectorstore" and entry["reason"] is None
+    assert entry["score_label"] == "cosine_similarity" and entry["elapsed_ms"] >= 0
+    assert entry["top_candidates"] == [
+        {"rank": 1, "source": "jvm/gc.md", "score_label": "cosine_similarity", "score": 0.8},
+        {"rank": 2, "source": "jvm/heap.md", "score_label": "cosine_similarity", "score": 0.6},
+    ]
+
+
+def test_a_sidecar_thread_that_cannot_start_is_unavailable(monkeypatch):
+    from sidecar import runner as runner_module
+
+    class NoThread:
+        def __init__(self, **kwargs):
+            pass
+
+        def start(self):
+            raise RuntimeError("can't start new thread")
+
+    # only the runner's module sees the broken Thread; the rest of the process keeps real threads
+    fake = SimpleNamespace(Thread=NoThread, Lock=threading.Lock, Event=threading.Event)
+    monkeypatch.setattr(runner_module, "threading", fake)
+    runner = runner_module.SidecarRunner(Settings(), embed_model=None, factory=FakeRetriever)  # type: ignore[arg-type]
+    run = runner.run(QUERY)
+    assert run.status == "unavailable" and "can't start new thread" in (run.reason or "")
+    assert runner.in_flight == 0
