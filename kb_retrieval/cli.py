@@ -207,7 +207,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 # --- parser ----------------------------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; ``command`` (the subcommand about to run) lets rarely used ones load their options lazily."""
     parser = argparse.ArgumentParser(prog="kb-retrieval", description=__doc__.split("\n")[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -245,10 +246,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("compare", help="the current path against the stock sidecar retriever, per golden case")
-    from sidecar.compare import add_compare_arguments
+    if command == "compare":  # only then is the sidecar imported: `eval` and `lookup` never load it
+        from sidecar.compare import add_compare_arguments
 
-    add_compare_arguments(p)
-    _lookup_flags(p)
+        add_compare_arguments(p)
+        _lookup_flags(p)
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("bench", help="quality against the stock retrievers on ../shared, and speed (dev extra)")
@@ -266,7 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(next((a for a in argv if not a.startswith("-")), None)).parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )

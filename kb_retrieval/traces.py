@@ -10,6 +10,7 @@ result says ``trace_recorded = false``.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import math
@@ -32,6 +33,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.pool import StaticPool
 
 from kb_retrieval.models import LookupResult
 
@@ -127,8 +129,14 @@ class TraceStore:
                 Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:  # unusable location: every write will fail and be counted; lookups still answer
                 log.error("trace store %s: cannot create its folder: %s", url, exc)
+        # An in-memory SQLite database lives in its connection: one connection shared by every thread (writes are
+        # serialised below), not one per thread, each with a database of its own that has no table.
+        in_memory = self._is_sqlite and url in ("sqlite://", "sqlite:///:memory:")
         self.engine: Engine = create_engine(
-            url, connect_args=_connect_args(url, timeout_s), pool_pre_ping=not self._is_sqlite
+            url,
+            connect_args=_connect_args(url, timeout_s),
+            pool_pre_ping=not self._is_sqlite,
+            **({"poolclass": StaticPool} if in_memory else {}),
         )
         if self._is_sqlite:
             busy_ms = int(timeout_s * 1000)
@@ -189,17 +197,22 @@ class TraceStore:
             session.add(row)
 
     def rows(self, limit: int | None = None) -> list[ToolInvocation]:
-        self._ensure_schema()
-        with Session(self.engine) as session:
-            stmt = select(ToolInvocation).order_by(ToolInvocation.id)
-            if limit is not None:
-                stmt = stmt.limit(limit)
-            return list(session.scalars(stmt))
+        with self._sqlite_serialised():
+            self._ensure_schema()
+            with Session(self.engine) as session:
+                stmt = select(ToolInvocation).order_by(ToolInvocation.id)
+                if limit is not None:
+                    stmt = stmt.limit(limit)
+                return list(session.scalars(stmt))
 
     def count(self) -> int:
-        self._ensure_schema()
-        with Session(self.engine) as session:
-            return int(session.scalar(select(func.count()).select_from(ToolInvocation)) or 0)
+        with self._sqlite_serialised():
+            self._ensure_schema()
+            with Session(self.engine) as session:
+                return int(session.scalar(select(func.count()).select_from(ToolInvocation)) or 0)
+
+    def _sqlite_serialised(self) -> contextlib.AbstractContextManager[object]:
+        return self._lock if self._is_sqlite else contextlib.nullcontext()
 
     def _safe_url(self) -> str:
         return self.engine.url.render_as_string(hide_password=True)

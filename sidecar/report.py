@@ -11,7 +11,7 @@ import shlex
 from pathlib import Path
 
 from kb_retrieval.evaluation.metrics import score_names
-from kb_retrieval.evaluation.report import _code, _inline, _markdown_table, validate_report_name
+from kb_retrieval.evaluation.report import _code, _inline, _markdown_table, write_report_pair
 from sidecar.comparison import DECIMALS, CaseComparison, CompareReport
 from sidecar.models import ComparableResult
 
@@ -46,13 +46,7 @@ def report_to_json(report: CompareReport) -> str:
 
 def write_compare_report(report: CompareReport, out_dir: str | Path, name: str) -> tuple[Path, Path]:
     """Write ``<out_dir>/<name>.json`` and ``<out_dir>/<name>.md``, creating ``out_dir``."""
-    validate_report_name(name)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    json_path, markdown_path = out / f"{name}.json", out / f"{name}.md"
-    json_path.write_text(report_to_json(report), encoding="utf-8", newline="\n")
-    markdown_path.write_text(render_markdown(report, name), encoding="utf-8", newline="\n")
-    return json_path, markdown_path
+    return write_report_pair(out_dir, name, report_to_json(report), render_markdown(report, name))
 
 
 def summary_rows(report: CompareReport) -> list[list[str]]:

@@ -100,12 +100,17 @@ def write_report(
     Raises:
         ValueError: ``name`` is not a plain file name.
     """
+    return write_report_pair(out_dir, name, report_to_json(report), render_markdown(report, name))
+
+
+def write_report_pair(out_dir: str | Path, name: str, json_text: str, markdown_text: str) -> tuple[Path, Path]:
+    """Write ``<out_dir>/<name>.json`` and ``.md`` with LF line endings, creating ``out_dir``."""
     validate_report_name(name)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     json_path, markdown_path = out / f"{name}.json", out / f"{name}.md"
-    json_path.write_text(report_to_json(report), encoding="utf-8", newline="\n")
-    markdown_path.write_text(render_markdown(report, name), encoding="utf-8", newline="\n")
+    json_path.write_text(json_text, encoding="utf-8", newline="\n")
+    markdown_path.write_text(markdown_text, encoding="utf-8", newline="\n")
     return json_path, markdown_path
 
 

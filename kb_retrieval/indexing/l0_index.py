@@ -6,6 +6,7 @@ re-reading the knowledge base and a crash never leaves half a file.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import tempfile
@@ -37,8 +38,14 @@ class L0Index(BaseModel):
         return cls.model_validate_json(path.read_text(encoding="utf-8"))
 
     def save(self, path: Path) -> None:
-        """Write atomically: a temporary file in the same folder, then a rename."""
+        """Write atomically: a temporary file in the same folder, then a rename.
+
+        Temporary files a killed run left behind are removed first (ingest runs one at a time per collection: the
+        index is read, changed and written back, so two at once would lose one's changes anyway).
+        """
         path.parent.mkdir(parents=True, exist_ok=True)
+        for stale in path.parent.glob(glob.escape(path.name) + "*.tmp"):
+            stale.unlink(missing_ok=True)
         payload = json.dumps(self.model_dump(mode="json"), sort_keys=True, indent=1, ensure_ascii=False)
         fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -115,3 +116,24 @@ def test_query_with_nul_and_control_characters_is_recorded(trace_url, sample_set
     assert row.retrieval_details["query_transform"]["original_query"] == query
     assert "\x00" not in result.query_transform.normalized_query
     assert "\x1b" not in result.query_transform.normalized_query
+
+
+def test_store_shared_by_threads_loses_no_row(trace_url, sample_lookup) -> None:
+    """Eight threads recording at once, on a file, on PostgreSQL and on an in-memory SQLite database (whose rows
+    live in its one connection: a connection per thread would each see an empty database without the table)."""
+    result = sample_lookup.lookup(QUERY)
+    for url in (trace_url, "sqlite://"):
+        store = TraceStore(url)
+        outcomes: list[bool] = []
+
+        def work(store: TraceStore = store, outcomes: list[bool] = outcomes) -> None:
+            outcomes.extend(store.record(f"{QUERY} #{i}", result) for i in range(40))
+
+        threads = [threading.Thread(target=work) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert outcomes.count(True) == 320 and store.failures == 0, (url, store.last_error)
+        assert store.count() == 320 and len({row.query for row in store.rows()}) == 40
+        store.close()
