@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import json
 import logging
 import os
 import re
@@ -160,7 +161,9 @@ def _load_document(path: Path, source_id: str, real_root: Path, category_from: s
         category = _category_from_path(source_id, category_from)
     keywords = _as_list(frontmatter.pop("keywords", None)) or _derived_keywords(source_id, title, headings)
     entities = _as_list(frontmatter.pop("entities", None))
-    digest = hashlib.sha256(raw + b"\x00" + (category or "").encode()).hexdigest()
+    # Everything a row stores about its document: a change in how fields are derived rewrites the rows too.
+    derived = json.dumps([category, title, keywords, entities], ensure_ascii=False).encode()
+    digest = hashlib.sha256(raw + b"\x00" + derived).hexdigest()
     return KbDocument(
         source_id=source_id,
         title=title,
@@ -220,9 +223,13 @@ def _category_from_path(source_id: str, category_from: str) -> str | None:
 
 
 def _derived_keywords(source_id: str, title: str, headings: list[tuple[int, str]]) -> list[str]:
-    """Alert-style identifiers from the file name and title, then the title and the H2 headings."""
+    """Alert-style identifiers from the file name and title, then the title and the multi-word H2 headings.
+
+    One-word headings ("Impact", "Mitigation", "Critical") are section names shared by every runbook, not keywords
+    of this one; they stay in the L0 index's headings.
+    """
     candidates = [*_CAMEL_ID.findall(Path(source_id).stem), *_CAMEL_ID.findall(title), title]
-    candidates += [text for level, text in headings if level == 2]
+    candidates += [text for level, text in headings if level == 2 and len(text.split()) > 1]
     seen: dict[str, str] = {}
     for item in candidates:
         seen.setdefault(item.lower(), item)

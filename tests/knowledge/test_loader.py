@@ -112,11 +112,13 @@ def test_folder_category_is_lower_cased(tmp_path: Path) -> None:
 
 
 def test_keywords_derived_from_camelcase_stem_and_title(tmp_path: Path) -> None:
-    write(tmp_path, "k8s/KubePodCrashLooping.md", "# Pod restarts: KubeContainerWaiting too\n\n## Mitigation\n\nx\n")
+    text = "# Pod restarts: KubeContainerWaiting too\n\n## Mitigation\n\nx\n\n## Image pull errors\n\ny\n"
+    write(tmp_path, "k8s/KubePodCrashLooping.md", text)
     doc = load_knowledge_base(tmp_path).documents[0]
     assert doc.keywords[:2] == ["KubePodCrashLooping", "KubeContainerWaiting"]
     assert "Pod restarts: KubeContainerWaiting too" in doc.keywords
-    assert "Mitigation" in doc.keywords  # H2 headings too
+    assert "Image pull errors" in doc.keywords  # multi-word H2 headings too
+    assert "Mitigation" not in doc.keywords and "Mitigation" in doc.headings  # a section name, not a keyword
 
 
 def test_derived_keywords_are_deduplicated_case_insensitively(tmp_path: Path) -> None:

@@ -40,16 +40,25 @@ THREADS = 8
 WINDOW_S = 0.3
 
 
-def _per_thread(backend: str, trace: str) -> int:
-    """250 on the main combination (Milvus Lite + SQLite); 30 where a server is in the loop (CI time)."""
-    return 250 if (backend, trace) == ("lite", "sqlite") else 30
+COMBINATIONS = [  # (Milvus, trace store, lookups per thread): the full load on Lite + SQLite, a share elsewhere
+    pytest.param("lite", "sqlite", 250, id="lite-sqlite"),
+    pytest.param("lite", "postgres", 30, id="lite-postgres", marks=pytest.mark.postgres),
+    pytest.param("server", "postgres", 30, id="server-postgres", marks=[pytest.mark.server, pytest.mark.postgres]),
+]
 
 
 @pytest.mark.timeout(900)
-def test_threads_each_get_their_own_result_and_one_row(known_kb: Settings, trace_url: str, embed_model) -> None:
-    backend = "server" if known_kb.is_milvus_server() else "lite"
-    trace = "sqlite" if trace_url.startswith("sqlite") else "postgres"
-    per_thread = _per_thread(backend, trace)
+@pytest.mark.parametrize(("backend", "trace", "per_thread"), COMBINATIONS)
+def test_threads_each_get_their_own_result_and_one_row(
+    request: pytest.FixtureRequest, backend: str, trace: str, per_thread: int, tmp_path: Path, embed_model
+) -> None:
+    if backend == "lite":
+        known_kb = request.getfixturevalue("sample_settings").model_copy(update={"vector_store_mode": "auto"})
+    else:
+        known_kb = request.getfixturevalue("server_sample_settings")
+    trace_url = (
+        f"sqlite:///{tmp_path / 'traces.db'}" if trace == "sqlite" else request.getfixturevalue("postgres_schema_url")
+    )
     store = TraceStore(trace_url)
     lookup = KnowledgeLookup(known_kb, embed_model=MemoModel(embed_model, KNOWN_QUERIES), trace_store=store)
     queries = list(KNOWN_QUERIES)
