@@ -1,0 +1,72 @@
+"""The lexical signal, the document-focus boost and the id filter: logic pinned with small fakes."""
+
+from __future__ import annotations
+
+import pytest
+
+from kb_retrieval.models import Candidate, L0Hints, ScoreLabel
+from kb_retrieval.retrieval.dedupe import SourceDeduplicator
+from kb_retrieval.retrieval.evidence import build_evidence_blocks
+from kb_retrieval.retrieval.filters import in_expr
+from kb_retrieval.retrieval.l1.retriever import candidate_node
+from kb_retrieval.retrieval.lexical import LexicalIndex
+from kb_retrieval.retrieval.rerank import RuleReranker
+
+
+def cand(chunk_id: str, source: str, similarity: float, chunk_count: int = 4) -> Candidate:
+    return Candidate(
+        chunk_id=chunk_id,
+        source=source,
+        content=f"text of {chunk_id}",
+        score=similarity,
+        score_label=ScoreLabel.COSINE,
+        path="sdk",
+        similarity=similarity,
+        chunk_count=chunk_count,
+    )
+
+
+def test_lexical_finds_exact_vocabulary_and_respects_category():
+    index = LexicalIndex.build(
+        [
+            ("a", "Alertmanager has not found all other cluster members", "alertmanager"),
+            ("b", "Prometheus remote write is behind", "prometheus"),
+            ("c", "cluster members of etcd are down", "etcd"),
+        ]
+    )
+    hits = index.search("has not found all other cluster members", 5)
+    assert [h.chunk_id for h in hits][:2] == ["a", "c"] and hits[0].score == 1.0
+    assert all(0 < h.score <= 1 for h in hits)
+    assert [h.chunk_id for h in index.search("cluster members", 5, category="etcd")] == ["c"]
+    assert index.search("zzz unknown words", 5) == [] and LexicalIndex.build([]).search("x", 3) == []
+
+
+def test_lexical_boost_ranks_but_does_not_make_evidence():
+    nodes = [candidate_node(cand("a", "a.md", 0.40)), candidate_node(cand("b", "b.md", 0.45))]
+    ranked = RuleReranker(hints=L0Hints(), lexical_scores={"a": 1.0}, lexical_weight=0.2).postprocess_nodes(nodes)
+    assert [n.node.node_id for n in ranked] == ["a", "b"]  # 0.40 + 0.2 beats 0.45
+    record = ranked[0].node.metadata["rerank"]
+    assert record["boosts"] == {"lexical": 0.2} and "lexical_bm25:1.000" in record["hit_reasons"]
+    assert record["evidence_score"] == pytest.approx(0.40)  # BM25 is relative: not evidence of an answer
+    blocks = build_evidence_blocks(ranked, evidence_threshold=0.42, max_blocks=5)
+    assert [b.source for b in blocks] == ["b.md"]
+
+
+def test_focus_prefers_the_document_about_the_query():
+    focused = [cand(f"r{i}", "runbook.md", 0.60, chunk_count=4) for i in range(3)]
+    catch_all = [cand("x1", "catch-all.md", 0.66, chunk_count=40)]
+    nodes = [candidate_node(c) for c in focused + catch_all]
+    ranked = RuleReranker(hints=L0Hints()).postprocess_nodes(nodes)
+    kept = SourceDeduplicator(focus_weight=0.45).postprocess_nodes(ranked)
+    assert [node.node.metadata["candidate"]["source"] for node in kept] == ["runbook.md", "catch-all.md"]
+    runbook, other = (n.node.metadata["rerank"]["boosts"]["doc_focus"] for n in kept)
+    assert runbook == pytest.approx(0.45) and other == pytest.approx(0.45 * (1 / 42) / 0.5, abs=1e-6)
+    assert kept[0].node.metadata["merged_chunks"] == 3
+    without = SourceDeduplicator().postprocess_nodes([candidate_node(c) for c in focused + catch_all])
+    assert without[0].node.metadata["candidate"]["source"] == "catch-all.md"
+
+
+def test_in_expr_escapes_every_value():
+    assert in_expr("id", ["a", 'b" or id != "']) == 'id in ["a", "b\\" or id != \\""]'
+    with pytest.raises(ValueError):
+        in_expr("id or 1", ["a"])
