@@ -30,7 +30,11 @@ def run_bench(shared: Path, out_dir: Path, state_root: Path, *, parts: set[str],
 
     started = time.perf_counter()
     embed_model = load_embed_model()
+    previous = out_dir / "bench.json"
+    # Running one part keeps the other part's figures from the last full run.
     report: dict[str, Any] = {"quality": {}, "speed": {}}
+    if parts != {"quality", "speed"} and previous.is_file():
+        report = {k: v for k, v in json.loads(previous.read_text(encoding="utf-8")).items() if k in report}
     if "quality" in parts:
         for setting in SETTINGS:
             report["quality"][setting.name] = run_setting(setting, shared, state_root, embed_model, _log)
