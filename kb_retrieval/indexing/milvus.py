@@ -31,6 +31,18 @@ METADATA_KEYS = (
 )
 
 
+#: Milvus Lite serves gRPC from this process with grpc's default policy: at most one client ping every 5 minutes.
+#: pymilvus pings every 10 s, calls or not, so an idle client was sent away ("too_many_pings") after about 30 s and
+#: its reconnect could fail ("Fail connecting to server"), failing lookups and new clients alike. Lite clients ping
+#: only during calls, and at most every 10 minutes.
+LITE_GRPC_OPTIONS = {"grpc.keepalive_time_ms": 600_000, "grpc.keepalive_permit_without_calls": False}
+
+
+def client_options(settings: Settings) -> dict[str, Any]:
+    """Extra ``MilvusClient`` arguments for the configured URI (the gRPC keepalive policy for Milvus Lite)."""
+    return {} if settings.is_milvus_server() else {"grpc_options": dict(LITE_GRPC_OPTIONS)}
+
+
 class MilvusUnavailableError(ConnectionError):
     """The Milvus URI cannot be reached."""
 
@@ -49,7 +61,7 @@ def connect(settings: Settings) -> MilvusClient:
         except Exception as exc:
             raise MilvusUnavailableError(f"cannot connect to Milvus at {uri}: {exc}") from exc
     Path(uri).parent.mkdir(parents=True, exist_ok=True)
-    return MilvusClient(uri=uri)
+    return MilvusClient(uri=uri, **client_options(settings))
 
 
 def _check_reachable(uri: str, timeout_s: float) -> None:

@@ -43,7 +43,7 @@ WINDOW_S = 0.3
 COMBINATIONS = [  # (Milvus, trace store, lookups per thread): the full load on Lite + SQLite, a share elsewhere
     pytest.param("lite", "sqlite", 250, id="lite-sqlite"),
     pytest.param("lite", "postgres", 30, id="lite-postgres", marks=pytest.mark.postgres),
-    pytest.param("server", "postgres", 30, id="server-postgres", marks=[pytest.mark.server, pytest.mark.postgres]),
+    pytest.param("server", "postgres", 15, id="server-postgres", marks=[pytest.mark.server, pytest.mark.postgres]),
 ]
 
 

@@ -85,3 +85,20 @@ def test_tool_returns_text_whatever_fails_below_it(known_kb, embed_model, tmp_pa
     output = make_lookup_tool(lookup).call(query=QUERY)
     assert output.content == "lookup_knowledge error: the lookup failed (RuntimeError); no evidence returned."
     assert "CUDA" not in output.content  # no internals to the agent
+
+
+def test_lite_clients_never_ping_an_idle_server(sample_settings, embed_model):
+    """Milvus Lite's in-process gRPC server allows one ping per 5 minutes; pymilvus' default is every 10 s, calls or
+    not, which got idle clients sent away after ~30 s (seen as 'Fail connecting' when the suite's shared Lite lookup
+    sat idle during other tests). Both paths' clients must carry the Lite keepalive policy."""
+    lookup = KnowledgeLookup(
+        sample_settings.model_copy(update={"vector_store_mode": "auto"}),
+        embed_model=embed_model,
+        trace_store=TraceStore("sqlite://"),
+    )
+    assert lookup.lookup(QUERY).found
+    store_client = lookup.path.preferred.store.client  # type: ignore[attr-defined]
+    for client in (lookup.client, store_client):
+        options = client._handler._grpc_options  # pymilvus keeps the channel options it reconnects with here
+        assert options["grpc.keepalive_time_ms"] >= 300_000
+        assert options["grpc.keepalive_permit_without_calls"] is False

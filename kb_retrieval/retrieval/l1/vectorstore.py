@@ -19,6 +19,7 @@ from llama_index.vector_stores.milvus import MilvusVectorStore
 from llama_index.vector_stores.milvus.base import IndexManagement
 
 from kb_retrieval.config import Settings
+from kb_retrieval.indexing.milvus import client_options
 from kb_retrieval.retrieval.l1.base import L1Search, one_version_per_source, output_fields, to_candidate
 
 
@@ -41,6 +42,7 @@ def make_vector_store(settings: Settings) -> MilvusVectorStore:
         consistency_level="Strong",
         use_async_client=False,
         timeout=settings.milvus_timeout_s,  # to the store's MilvusClient: the connect timeout
+        **client_options(settings),
     )
     client = store.client
     client.search = functools.partial(client.search, timeout=settings.milvus_search_timeout_s)
