@@ -45,6 +45,7 @@ from kb_retrieval.retrieval.dedupe import SourceDeduplicator
 from kb_retrieval.retrieval.evidence import build_evidence_blocks
 from kb_retrieval.retrieval.l0_hints import L0HintProvider
 from kb_retrieval.retrieval.l1 import L1Retriever, VectorPath, make_path
+from kb_retrieval.retrieval.l1.base import one_version_per_source
 from kb_retrieval.retrieval.l1.retriever import candidate_node, node_candidate
 from kb_retrieval.retrieval.lexical import LexicalIndex
 from kb_retrieval.retrieval.query_transform import transform_query
@@ -244,7 +245,7 @@ class KnowledgeLookup:
                 try:
                     with clock("search"):
                         extra = self.retriever.search(embedding, category, ids=missing)
-                    search.candidates.extend(extra.candidates)
+                    search.candidates = one_version_per_source(search.candidates + extra.candidates)
                 except Exception as exc:  # the dense candidates still stand
                     log.warning("scoring lexical candidates failed: %s", exc)
             trace.lexical_count = len(hits)

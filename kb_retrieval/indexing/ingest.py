@@ -117,6 +117,11 @@ def ingest(
     writer.finish()
     for ids in removed.values():
         _delete(client, settings, ids)
+    wrote = writer.embedded or removed or any(plan.stale_ids for plan in plans)
+    if wrote and not settings.is_milvus_server():
+        # Milvus Lite searches rows still in its in-memory table ~2.5x slower than flushed segments (measured on the
+        # sample KB: ~35 ms against ~14 ms a lookup), and a server flushes and indexes on its own.
+        client.flush(settings.collection)
 
     l0 = L0Index.load(settings.l0_index_path())
     for kb in kbs:
