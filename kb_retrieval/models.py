@@ -53,6 +53,10 @@ class L0Hints(Contract):
     matched_sources: list[str] = Field(
         default_factory=list, description="Documents L0 matched; used to boost, never returned as evidence."
     )
+    title_coverage: dict[str, float] = Field(
+        default_factory=dict,
+        description="Source -> share of its title's terms (weighted by rarity) the query holds, when at least half.",
+    )
 
     @property
     def empty(self) -> bool:

@@ -246,4 +246,7 @@ def _sqlite_pragmas(dbapi_connection: Any, busy_ms: int) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute(f"PRAGMA busy_timeout={int(busy_ms)}")  # first: the WAL switch below may itself wait
     cursor.execute("PRAGMA journal_mode=WAL")
+    # In WAL mode NORMAL syncs at checkpoints, not at every commit: a committed row survives a crash of the process;
+    # only an OS crash or power loss can drop the last rows, never corrupt the file (and a commit is no fsync).
+    cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()

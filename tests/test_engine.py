@@ -306,3 +306,37 @@ def test_weak_candidates_everywhere_mean_no_evidence(sample_settings, embed_mode
     assert [a.outcome for a in result.retrieval_trace.attempts] == ["no_evidence", "no_evidence"]
     assert all(a.candidate_count > 0 for a in result.retrieval_trace.attempts)
     assert result.found is False and result.retrieval_trace.fallback_reason == "filtered_vector_no_evidence"
+
+
+# --- beyond the spec: the lean query path and the lexical re-scoring knob -----------------------------------
+
+
+def test_queries_go_through_the_onnx_export_by_default(sample_settings, embed_model):
+    from kb_retrieval.indexing.onnx_query import OnnxQueryEmbedding
+
+    onnx = _lookup(sample_settings, embed_model)
+    model = _lookup(sample_settings, embed_model, query_encoder="model")
+    try:
+        assert isinstance(onnx.query_embed_model, OnnxQueryEmbedding) and "int8" in onnx.query_embed_model.model_name
+        assert model.query_embed_model is embed_model
+        fast, exact = onnx.lookup(ALERT), model.lookup(ALERT)
+        assert fast.found and exact.found
+        assert fast.evidence_blocks[0].source == exact.evidence_blocks[0].source
+        assert fast.evidence_blocks[0].similarity == pytest.approx(exact.evidence_blocks[0].similarity, abs=0.03)
+        assert fast.evidence_blocks[0].similarity != exact.evidence_blocks[0].similarity  # really another encoder
+    finally:
+        onnx.close()
+        model.close()
+
+
+def test_lexical_rescore_min_limits_the_second_search(sample_settings, embed_model):
+    query = "replication lag seconds behind master on the replica"
+    every = _lookup(sample_settings, embed_model)
+    best_only = _lookup(sample_settings, embed_model, lexical_rescore_min=1.0)
+    try:
+        all_added = every.lookup(query).retrieval_trace.attempts[0].lexical_added
+        best_added = best_only.lookup(query).retrieval_trace.attempts[0].lexical_added
+        assert all_added > 1 and best_added <= 1  # only the best lexical hit (relative score 1.0) may be re-scored
+    finally:
+        every.close()
+        best_only.close()

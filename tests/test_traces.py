@@ -40,3 +40,11 @@ def test_unavailable_store_does_not_fail_the_lookup(sample_settings, embed_model
     assert result.found and result.trace_recorded is False
     assert store.failures == 1 and "OperationalError" in (store.last_error or "")
     assert "could not record lookup" in caplog.text and "secret" not in caplog.text
+
+
+def test_sqlite_commits_without_an_fsync_each(tmp_path):
+    store = TraceStore(f"sqlite:///{tmp_path / 'traces.db'}")
+    with store.engine.connect() as connection:
+        assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert connection.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL: synced at checkpoints
+    store.close()

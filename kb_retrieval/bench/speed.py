@@ -18,9 +18,15 @@ def percentile(values: Sequence[float], q: float) -> float:
     return round(float(np.percentile(np.asarray(values), q)), 3)
 
 
-def warm_latency(settings: Settings, queries: Sequence[str], embed_model: Any, rounds: int = 2) -> dict[str, Any]:
-    """p50/p95 of ``lookup_knowledge`` and of a stock ``VectorIndexRetriever`` over the same collection, measured
-    interleaved in one run after a warm-up pass, plus the mean of each pipeline stage."""
+def warm_latency(settings: Settings, queries: Sequence[str], embed_model: Any, rounds: int = 4) -> dict[str, Any]:
+    """p50/p95 of ``lookup_knowledge`` and of a stock ``VectorIndexRetriever`` over the same collection, plus the
+    mean of each pipeline stage.
+
+    Both run in one process after a warm-up pass, in alternating blocks (all queries through one, then through the
+    other; the order swaps every round), so slow drift of the machine hits both alike. Blocks, not query-by-query
+    alternation: on 2 cores the thread pool one system leaves spinning after its call would slow the other's next
+    call, which measures the neighbour rather than the system.
+    """
     from llama_index.core import VectorStoreIndex
 
     from kb_retrieval.engine import KnowledgeLookup
@@ -36,19 +42,28 @@ def warm_latency(settings: Settings, queries: Sequence[str], embed_model: Any, r
     ours: list[float] = []
     theirs: list[float] = []
     stages: dict[str, list[float]] = {}
-    for _ in range(rounds):
+
+    def run_ours() -> None:
         for query in queries:
             t0 = time.perf_counter()
             result = lookup.lookup(query)
             ours.append((time.perf_counter() - t0) * 1000)
             for stage, ms in result.stage_ms.items():
                 stages.setdefault(stage, []).append(ms)
+
+    def run_stock() -> None:
+        for query in queries:
             t0 = time.perf_counter()
             stock.retrieve(query)
             theirs.append((time.perf_counter() - t0) * 1000)
+
+    for round_ in range(rounds):
+        for block in (run_ours, run_stock) if round_ % 2 == 0 else (run_stock, run_ours):
+            block()
     lookup.close()
     return {
         "queries": len(queries) * rounds,
+        "query_encoder": lookup.query_embed_model.model_name,
         "lookup_knowledge_ms": {"p50": percentile(ours, 50), "p95": percentile(ours, 95)},
         "stock_dense_ms": {"p50": percentile(theirs, 50), "p95": percentile(theirs, 95)},
         "p50_ratio": round(percentile(ours, 50) / percentile(theirs, 50), 3),

@@ -6,6 +6,7 @@ product and L2 distances all order candidates the same and convert into one anot
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Sequence
@@ -57,7 +58,7 @@ def embed_texts(model: BaseEmbedding, texts: Sequence[str]) -> np.ndarray:
 
 
 def embed_query(model: BaseEmbedding, query: str) -> list[float]:
-    """Embed one query, normalised."""
-    with _lock:
+    """Embed one query, normalised. Serialised unless the model declares itself thread-safe."""
+    with contextlib.nullcontext() if getattr(model, "thread_safe", False) else _lock:
         vector = model.get_query_embedding(query)
     return [float(x) for x in normalise([vector])[0]]

@@ -17,10 +17,13 @@ Example:
 
 from __future__ import annotations
 
+import math
+import re
 from collections import defaultdict
+from functools import lru_cache
 
 from kb_retrieval.indexing.l0_index import L0Index
-from kb_retrieval.knowledge.text import words
+from kb_retrieval.knowledge.text import split_camel, words
 from kb_retrieval.models import L0Hints
 
 STOPWORDS = frozenset(
@@ -70,6 +73,24 @@ STOPWORDS = frozenset(
         "your",
     ]
 )
+
+
+_PIECE = re.compile(r"[^\W_]+", re.UNICODE)
+
+
+@lru_cache(maxsize=1)
+def _stemmer() -> object:
+    import Stemmer
+
+    return Stemmer.Stemmer("english")
+
+
+def title_terms(text: str) -> set[str]:
+    """Stemmed content words of ``text`` with identifiers split (``KubePersistentVolumeFillingUp`` -> kube,
+    persist, volum, fill, up): how a title and a query are compared term by term."""
+    pieces = [part for piece in _PIECE.findall(text) for part in split_camel(piece) or [piece.lower()]]
+    kept = [p for p in pieces if p not in STOPWORDS and not p.isdigit()]
+    return set(_stemmer().stemWords(kept))  # type: ignore[attr-defined]
 
 
 def _phrase(text: str) -> tuple[str, ...]:
@@ -142,6 +163,31 @@ class L0HintProvider:
         for i, (_, _, content) in enumerate(self._titles):
             for word in set(content):
                 self._title_words[word].append(i)
+        # Title terms weighted by rarity among titles: "kube" in every title says little, "quota" much.
+        self._title_terms = {source: title_terms(entry.title) for source, entry in index.documents.items()}
+        df: dict[str, int] = defaultdict(int)
+        for terms in self._title_terms.values():
+            for term in terms:
+                df[term] += 1
+        n = max(len(self._title_terms), 1)
+        self._term_idf = {term: math.log(1 + n / count) for term, count in df.items()}
+
+    def title_coverage(self, query: str, minimum: float = 0.5, limit: int = 20) -> dict[str, float]:
+        """Per document, the share of its title (terms weighted by rarity) that the query holds, when at least
+        ``minimum`` and with at least two terms shared: how far the query is *about* what the document is titled,
+        word by word. The best ``limit``."""
+        query_terms = title_terms(query)
+        covered: dict[str, float] = {}
+        for source, terms in self._title_terms.items():
+            shared = terms & query_terms
+            if len(shared) < 2:  # one shared word ("alerting", "instrumentation") is not aboutness
+                continue
+            total = sum(self._term_idf[t] for t in terms)
+            share = sum(self._term_idf[t] for t in shared) / total
+            if share >= minimum:
+                covered[source] = round(share, 4)
+        best = sorted(covered.items(), key=lambda item: (-item[1], item[0]))[:limit]
+        return dict(best)
 
     def hints(self, query: str) -> L0Hints:
         tokens = _phrase(query)
@@ -175,6 +221,7 @@ class L0HintProvider:
             domains=domains,
             entities=sorted(set(entities)),
             matched_sources=sorted(matched_sources),
+            title_coverage=self.title_coverage(query),
         )
 
     def _title_matches(self, tokens: tuple[str, ...], token_set: set[str]) -> list[str]:

@@ -16,12 +16,23 @@ Example:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
+from kb_retrieval.knowledge.text import split_camel
+
 _TOKEN_PATTERN = r"(?u)\b\w\w+\b"
+_IDENTIFIER = re.compile(r"\b(?=\w*[a-z][A-Z]|\w*_\w)\w+\b")  # CamelCase or snake_case
+
+
+def with_identifier_parts(text: str) -> str:
+    """``text`` followed by the parts of its identifiers, so ``KubePersistentVolumeFillingUp`` also matches
+    "persistent volume filling up" and ``kube_pod_status_ready`` matches "pod status" (the whole stays a term)."""
+    parts = [" ".join(split_camel(piece)) for match in _IDENTIFIER.finditer(text) for piece in match.group().split("_")]
+    return f"{text}\n{' '.join(parts)}" if parts else text
 
 
 @dataclass(frozen=True)
@@ -51,7 +62,10 @@ class LexicalIndex:
         retriever = bm25s.BM25()
         if rows:
             ids = tokenizer.tokenize(
-                [text for _, text, _ in rows], update_vocab=True, return_as="ids", show_progress=False
+                [with_identifier_parts(row[1]) for row in rows],
+                update_vocab=True,
+                return_as="ids",
+                show_progress=False,
             )
             retriever.index(ids, show_progress=False)
         return cls([r[0] for r in rows], [r[2] for r in rows], retriever, tokenizer)
@@ -63,7 +77,8 @@ class LexicalIndex:
         """Up to ``k`` chunks with a positive BM25 score, best first, optionally of one category only."""
         if not self.chunk_ids:
             return []
-        ids = self._tokenizer.tokenize([query], update_vocab=False, return_as="ids", show_progress=False)  # type: ignore[attr-defined]
+        tokenize = self._tokenizer.tokenize  # type: ignore[attr-defined]
+        ids = tokenize([with_identifier_parts(query)], update_vocab=False, return_as="ids", show_progress=False)
         if not ids or not ids[0]:
             return []
         weights = self._retriever.get_scores(ids[0])  # type: ignore[attr-defined]

@@ -11,6 +11,8 @@ candidate's metadata or content. The hint becomes a *hit reason* on the candidat
 | l0_category   | the candidate's category is one of the L0 domains                  | 0.03    |
 | breadcrumb    | a matched keyword or entity occurs in the candidate's breadcrumb   | 0.04    |
 | content       | a matched keyword or entity occurs in the candidate's text         | 0.04    |
+| title_terms   | the query holds much of the document's title, term by term:        | 0.2     |
+|               | ``title_terms`` x the L0 title coverage (0.5 to 1.0)               |         |
 | lexical       | BM25 found the chunk: ``lexical_weight`` x its BM25 score relative | 0.2     |
 |               | to the query's best lexical hit (1.0 for the best)                 |         |
 """
@@ -34,7 +36,9 @@ DEFAULT_BOOSTS: dict[str, float] = {
     "l0_category": 0.03,
     "breadcrumb": 0.04,
     "content": 0.04,
+    "title_terms": 0.2,
 }
+RANKING_ONLY = frozenset({"lexical", "title_terms"})  # they order candidates; whether any answers is not theirs
 
 
 def _phrases(items: list[str]) -> list[tuple[str, ...]]:
@@ -76,9 +80,9 @@ class RuleReranker(BaseNodePostprocessor):
             node.score = round(base + sum(applied.values()), 6)
             node.node.metadata["rerank"] = {
                 "base_score": round(base, 6),
-                # What evidence usability is judged on: BM25 is relative to the query's best hit, so it ranks
-                # candidates but says nothing about whether the best one answers at all.
-                "evidence_score": round(base + sum(v for k, v in applied.items() if k != "lexical"), 6),
+                # What evidence usability is judged on: BM25 is relative to the query's best hit and title terms
+                # are partial word overlap, so they rank candidates but say nothing about whether any answers.
+                "evidence_score": round(base + sum(v for k, v in applied.items() if k not in RANKING_ONLY), 6),
                 "boosts": applied,
                 "hit_reasons": [f"l1_semantic:{base:.3f}", *reasons],
             }
@@ -100,6 +104,9 @@ class RuleReranker(BaseNodePostprocessor):
             applied[name] = self.boosts.get(name, 0.0)
             reasons.append(reason)
 
+        if (coverage := self.hints.title_coverage.get(c.source)) is not None:
+            applied["title_terms"] = round(self.boosts.get("title_terms", 0.0) * coverage, 6)
+            reasons.append(f"l0_title_terms:{coverage:.2f}")
         if c.title and c.title.lower() in titles:
             add("l0_title", f"l0_title:{c.title}")
         if hit := next((k for k in c.keywords if tuple(words(k)) in keywords), None):

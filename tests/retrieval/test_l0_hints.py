@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kb_retrieval.indexing.l0_index import L0Entry, L0Index
-from kb_retrieval.retrieval.l0_hints import L0HintProvider
+from kb_retrieval.retrieval.l0_hints import L0HintProvider, title_terms
 from kb_retrieval.retrieval.query_transform import EmptyQueryError, transform_query
 
 
@@ -193,3 +193,30 @@ def test_control_characters_removed_mixed_scripts_kept(provider: L0HintProvider)
     transform = transform_query(query, provider, max_query_chars=2000)
     assert transform.normalized_query == "Redis память 内存 🔥 ok next line"
     assert transform.original_query == query
+
+
+def test_title_terms_split_identifiers_stem_and_drop_stopwords() -> None:
+    assert title_terms("KubePersistentVolumeFillingUp") == {"kube", "persist", "volum", "fill", "up"}
+    assert title_terms("The volumes are filling") == {"volum", "fill"}
+
+
+def test_title_coverage_weighs_rare_title_terms_and_needs_two_shared() -> None:
+    index = L0Index(
+        documents={
+            "pv-full.md": entry("KubePersistentVolumeFillingUp", "kubernetes"),
+            "pv-errors.md": entry("KubePersistentVolumeErrors", "kubernetes"),
+            "quota.md": entry("KubeQuotaExceeded", "kubernetes"),
+            "alerting.md": entry("Alerting", "docs"),
+        }
+    )
+    coverage = L0HintProvider(index).hints("PersistentVolume is filling up. Alerting works.").title_coverage
+    # "kube" is in three titles of four, so the rare words carry a title: FillingUp is nearly covered, while
+    # Errors shares two words but misses its rarest one ("errors"), which leaves it under half.
+    assert list(coverage) == ["pv-full.md"] and 0.8 < coverage["pv-full.md"] < 1.0
+    assert L0HintProvider(index).title_coverage("PersistentVolume is filling up", minimum=0.4) == {
+        "pv-full.md": coverage["pv-full.md"],
+        "pv-errors.md": pytest.approx(0.47, abs=0.01),
+    }
+    assert "alerting.md" not in coverage  # a one-word title is not covered by one shared word
+    assert "quota.md" not in coverage  # nothing but "kube" shared
+    assert L0HintProvider(index).title_coverage("PersistentVolume filling up", minimum=0.9) == {}

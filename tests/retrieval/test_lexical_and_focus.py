@@ -9,7 +9,7 @@ from kb_retrieval.retrieval.dedupe import SourceDeduplicator
 from kb_retrieval.retrieval.evidence import build_evidence_blocks
 from kb_retrieval.retrieval.filters import in_expr
 from kb_retrieval.retrieval.l1.retriever import candidate_node
-from kb_retrieval.retrieval.lexical import LexicalIndex
+from kb_retrieval.retrieval.lexical import LexicalIndex, with_identifier_parts
 from kb_retrieval.retrieval.rerank import RuleReranker
 
 
@@ -70,3 +70,30 @@ def test_in_expr_escapes_every_value():
     assert in_expr("id", ["a", 'b" or id != "']) == 'id in ["a", "b\\" or id != \\""]'
     with pytest.raises(ValueError):
         in_expr("id or 1", ["a"])
+
+
+def test_identifiers_match_their_parts_and_stay_whole():
+    text = "KubePersistentVolumeFillingUp on kube_pod_status_ready"
+    assert with_identifier_parts(text) == f"{text}\nkube persistent volume filling up kube pod status ready"
+    assert with_identifier_parts("plain words only, Title Case too") == "plain words only, Title Case too"
+    index = LexicalIndex.build(
+        [
+            ("pv", "KubePersistentVolumeFillingUp\nCheck the claim", "kubernetes"),
+            ("node", "NodeFilesystemSpaceFillingUp\nCheck the disk", "node"),
+        ]
+    )
+    # The alert text spells the identifier's words apart; the runbook names it as one identifier.
+    assert index.search("PersistentVolume is filling up", 5)[0].chunk_id == "pv"
+    exact = index.search("KubePersistentVolumeFillingUp", 5)  # the whole identifier still counts on its own
+    assert exact[0].chunk_id == "pv" and all(h.score < 0.5 for h in exact[1:])
+
+
+def test_title_terms_boost_ranks_but_does_not_make_evidence():
+    hints = L0Hints(title_coverage={"a.md": 0.8})
+    nodes = [candidate_node(cand("a", "a.md", 0.40)), candidate_node(cand("b", "b.md", 0.50))]
+    ranked = RuleReranker(hints=hints, boosts={"title_terms": 0.2}).postprocess_nodes(nodes)
+    assert [n.node.node_id for n in ranked] == ["a", "b"]  # 0.40 + 0.2 x 0.8 beats 0.50
+    record = ranked[0].node.metadata["rerank"]
+    assert record["boosts"] == {"title_terms": pytest.approx(0.16)} and "l0_title_terms:0.80" in record["hit_reasons"]
+    assert record["evidence_score"] == pytest.approx(0.40)
+    assert [b.source for b in build_evidence_blocks(ranked, evidence_threshold=0.42, max_blocks=5)] == ["b.md"]

@@ -1,0 +1,383 @@
+"""A fast query encoder: the bundled embedding model exported to ONNX (fp32 or int8) and run with onnxruntime.
+
+A lookup's query embedding through torch (sentence-transformers) costs several times what the same model costs as an
+ONNX graph, int8 most of all. The export happens once, on first use, into the model cache folder
+(``KB_MODEL_CACHE_DIR``) and is verified against the torch model before it is used. Passages stay embedded by the
+model itself: the fp32 export matches it to within float rounding, the int8 one to a cosine of ~0.99.
+
+Example:
+    >>> from kb_retrieval.config import Settings
+    >>> encoder = query_encoder(Settings(), embed_model=None)  # doctest: +SKIP
+    >>> len(encoder.get_query_embedding("disk full on node-3"))  # doctest: +SKIP
+    384
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import warnings
+from collections.abc import Iterator, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
+from pydantic import Field, PrivateAttr
+
+from kb_retrieval.indexing.embeddings import BUNDLED_MODEL, bundled_model_path, load_embed_model, normalise
+
+if TYPE_CHECKING:
+    from kb_retrieval.config import Settings
+
+logger = logging.getLogger(__name__)
+
+# Part of every cached file name: bump it when the exported graph changes, so no stale export is reused.
+EXPORT_VERSION = 1
+FP32_MIN_COSINE = 0.9999
+INT8_MIN_COSINE = 0.98
+DEFAULT_THREADS = min(2, os.cpu_count() or 1)
+_INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
+_PRECISION_KEY = "kb_retrieval.precision"
+# Fixed probes for the export check: short, typical, punctuation/unicode, and one past the 256-token truncation.
+_PROBE_TEXTS = (
+    "disk full",
+    "How do I fix KubePodCrashLooping on a node with high memory pressure?",
+    "Redis used_memory > maxmemory; eviction policy = noeviction (Größe: 5 GiB) ✓",
+    "Reloading an Alertmanager configuration has failed. " * 40,
+)
+
+
+class OnnxExportError(RuntimeError):
+    """The ONNX export could not be written or does not reproduce the torch model."""
+
+
+def export_onnx(
+    model_dir: str | Path, out_path: str | Path, *, quantized: bool, min_cosine: float | None = None
+) -> Path:
+    """Export the sentence embedding (mean pooling + L2 norm inside the graph) to ``out_path``, verified.
+
+    ``quantized`` applies dynamic int8 quantisation to the MatMul weights only (per channel): quantising the
+    embeddings or using reduce_range/QUInt8 was measured to lose far more accuracy. The result is checked against
+    the torch model on fixed probe texts (cosine >= ``min_cosine``, by default 0.9999 for fp32, 0.98 for int8),
+    and only then moved to ``out_path`` atomically, so a crash or failed check never leaves a file under that name.
+    """
+    import onnx
+
+    out = Path(out_path)
+    precision = "int8" if quantized else "fp32"
+    min_cos = min_cosine if min_cosine is not None else (INT8_MIN_COSINE if quantized else FP32_MIN_COSINE)
+    try:
+        fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise OnnxExportError(
+            f"cannot write the ONNX export into {out.parent} ({exc}); set KB_MODEL_CACHE_DIR"
+        ) from exc
+    os.close(fd)
+    temp = Path(name)
+    try:
+        reference = _export_fp32(Path(model_dir), temp)
+        model = onnx.load(str(temp))
+        # The precision travels inside the file, so the encoder knows how to run it without trusting its name.
+        onnx.helper.set_model_props(model, {_PRECISION_KEY: precision, "kb_retrieval.export": str(EXPORT_VERSION)})
+        if quantized:
+            with _quiet_quantizer():
+                from onnxruntime.quantization import QuantType, quantize_dynamic
+
+                quantize_dynamic(
+                    model, temp, op_types_to_quantize=["MatMul"], per_channel=True, weight_type=QuantType.QInt8
+                )
+        else:
+            onnx.save(model, str(temp))
+        worst, probe = _worst_cosine(temp, Path(model_dir), reference)
+        if worst < min_cos:
+            raise OnnxExportError(
+                f"ONNX {precision} export {out} does not reproduce the torch model: cosine {worst:.6f} < {min_cos} "
+                f"on probe {probe[:60]!r}; the file was not written"
+            )
+        temp.chmod(0o644)  # mkstemp's 0600 would keep a shared cache folder's other users out
+        os.replace(temp, out)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            temp.unlink()
+    return out
+
+
+@contextlib.contextmanager
+def _quiet_quantizer() -> Iterator[None]:
+    """Drop the quantiser's root-logger chatter (one line per layer, and advice that does not apply here), and undo
+    the ``logging.basicConfig`` some onnxruntime modules run on import: the host application's logging is its own."""
+
+    def keep(record: logging.LogRecord) -> bool:
+        return "onnxruntime" not in record.pathname
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    root.addFilter(keep)
+    try:
+        yield
+    finally:
+        root.removeFilter(keep)
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
+def _export_fp32(model_dir: Path, out_path: Path) -> np.ndarray:
+    """Write the fp32 graph and return the torch model's embeddings of the probe texts (the reference)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import torch
+    import transformers
+
+    class _Pooled(torch.nn.Module):
+        # Keyword arguments: BertModel's positional order changed in transformers 5.
+        def __init__(self, model: torch.nn.Module) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(
+            self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
+        ) -> torch.Tensor:
+            hidden = self.model(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            ).last_hidden_state
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            return torch.nn.functional.normalize(pooled, p=2, dim=1)
+
+    # eval() on the wrapper, not only the model: the exporter restores the wrapper's mode afterwards, and a
+    # wrapper left in training mode would switch dropout on in the reference below.
+    wrapper = _Pooled(transformers.AutoModel.from_pretrained(str(model_dir), local_files_only=True)).eval()
+    tokenizer = _tokenizer(model_dir)
+    # A padded batch as the example, so the traced graph takes the attention-mask path.
+    example = {k: torch.from_numpy(v) for k, v in _encode(tokenizer, list(_PROBE_TEXTS[:2])).items()}
+    axes = {name: {0: "batch", 1: "tokens"} for name in _INPUT_NAMES}
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracer and legacy-exporter warnings, expected for this graph
+        torch.onnx.export(
+            wrapper,
+            tuple(example[name] for name in _INPUT_NAMES),
+            str(out_path),
+            input_names=list(_INPUT_NAMES),
+            output_names=["embedding"],
+            dynamic_axes={**axes, "embedding": {0: "batch"}},
+            opset_version=17,
+            dynamo=False,
+        )
+        references = [
+            wrapper(**{k: torch.from_numpy(v) for k, v in _encode(tokenizer, [text]).items()})[0].numpy()
+            for text in _PROBE_TEXTS
+        ]
+    return np.stack(references)
+
+
+def _worst_cosine(path: Path, model_dir: Path, reference: np.ndarray) -> tuple[float, str]:
+    """Lowest cosine between the ONNX file's probe embeddings (one by one and as a padded batch) and the reference."""
+    encoder = OnnxQueryEmbedding(path, model_dir=model_dir, threads=DEFAULT_THREADS)
+    single = np.array([encoder.get_query_embedding(text) for text in _PROBE_TEXTS])
+    batch = np.array(encoder.get_text_embedding_batch(list(_PROBE_TEXTS)))
+    cosines = np.minimum((single * reference).sum(1), (batch * reference).sum(1))
+    worst = int(np.argmin(cosines))
+    return float(cosines[worst]), _PROBE_TEXTS[worst]
+
+
+def onnx_model_file(cache_dir: str | Path, *, quantized: bool, model_dir: str | Path | None = None) -> Path:
+    """The cached ONNX export of the model (the bundled one by default), exported on first use.
+
+    The file name carries the precision, ``EXPORT_VERSION`` and the model weights' hash, so a different model or
+    exporter never reuses a stale file; a cached file that onnxruntime cannot load is exported again, once.
+    """
+    return _open_model(Path(cache_dir), Path(model_dir or bundled_model_path()), quantized, DEFAULT_THREADS)[0]
+
+
+def _open_model(cache_dir: Path, model_dir: Path, quantized: bool, threads: int) -> tuple[Path, Any]:
+    """The cached file and an onnxruntime session on it (loading the session is the check that the file is sound)."""
+    path = cache_dir / _file_name(model_dir, quantized)
+    if path.is_file():
+        try:
+            return path, _session(path, threads)
+        except Exception as exc:  # onnxruntime raises its own exception types for a corrupt file
+            logger.warning("cached ONNX model %s does not load (%s); exporting it again", path, exc)
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OnnxExportError(
+            f"model cache folder {cache_dir} cannot be created ({exc}); set KB_MODEL_CACHE_DIR to a writable folder"
+        ) from exc
+    if not os.access(cache_dir, os.W_OK):
+        raise OnnxExportError(f"model cache folder {cache_dir} is not writable; set KB_MODEL_CACHE_DIR")
+    export_onnx(model_dir, path, quantized=quantized)
+    return path, _session(path, threads)
+
+
+def _file_name(model_dir: Path, quantized: bool) -> str:
+    weights = model_dir / "model.safetensors"
+    stat = weights.stat()
+    digest = _sha256(str(weights.resolve()), stat.st_size, stat.st_mtime_ns)
+    return f"query-encoder-{'int8' if quantized else 'fp32'}-e{EXPORT_VERSION}-{digest[:16]}.onnx"
+
+
+@lru_cache(maxsize=8)
+def _sha256(path: str, size: int, mtime_ns: int) -> str:
+    """Hash of the weights; size and mtime are part of the cache key, so a replaced file is hashed again."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _session(path: Path, threads: int) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    # Two intra-op threads were measured fastest for one short query; more only adds synchronisation.
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+
+
+def _max_seq_length(model_dir: Path) -> int:
+    config = model_dir / "sentence_bert_config.json"
+    if config.is_file():
+        return int(json.loads(config.read_text(encoding="utf-8"))["max_seq_length"])
+    return int(json.loads((model_dir / "config.json").read_text(encoding="utf-8"))["max_position_embeddings"])
+
+
+def _tokenizer(model_dir: Path) -> Any:
+    """The model's fast tokenizer, truncating like sentence-transformers and padding a batch to its longest text."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    # tokenizer.json ships with truncation and fixed padding at 128; the model is used at max_seq_length (256).
+    tokenizer.enable_truncation(max_length=_max_seq_length(model_dir))
+    tokenizer.enable_padding(pad_id=0, pad_type_id=0, pad_token="[PAD]")
+    return tokenizer
+
+
+def _encode(tokenizer: Any, texts: list[str]) -> dict[str, np.ndarray]:
+    encodings = tokenizer.encode_batch(texts)
+    ids = np.array([e.ids for e in encodings], dtype=np.int64)
+    mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+
+
+class OnnxQueryEmbedding(BaseEmbedding):
+    """The ONNX export of a sentence-transformers model (mean pooling, normalised) as a LlamaIndex embedding.
+
+    Texts of a batch run as one padded batch, except with the int8 export: its dynamic quantisation scales each
+    run's activations by their range over the whole batch, so a text's vector would depend on its neighbours
+    (cosine ~0.97 to its own single-text vector); there each text runs alone. Thread-safe without a lock:
+    onnxruntime's ``run`` and the tokenizer's ``encode_batch`` may be called concurrently.
+    """
+
+    model_file: str = Field(description="The ONNX file that is run.")
+    thread_safe: ClassVar[bool] = True  # onnxruntime sessions run concurrently; embed_query takes no lock
+    threads: int = Field(default=DEFAULT_THREADS, gt=0, description="onnxruntime intra-op threads per call.")
+    _session: Any = PrivateAttr()
+    _tokenizer: Any = PrivateAttr()
+    _inputs: tuple[str, ...] = PrivateAttr()
+    _batched: bool = PrivateAttr()
+
+    def __init__(
+        self,
+        model_file: str | Path,
+        *,
+        model_dir: str | Path | None = None,
+        threads: int = DEFAULT_THREADS,
+        session: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        """``model_dir`` holds the tokenizer (the bundled model by default); ``session`` reuses a loaded one."""
+        folder = Path(model_dir or bundled_model_path())
+        session = session if session is not None else _session(Path(model_file), threads)
+        precision = session.get_modelmeta().custom_metadata_map.get(_PRECISION_KEY, "")
+        label = BUNDLED_MODEL if _same_dir(folder, bundled_model_path()) else str(folder)
+        kwargs.setdefault("model_name", " ".join(filter(None, ("ONNX", precision, "export of", label))))
+        kwargs.update(model_file=str(model_file), threads=threads)
+        super().__init__(**kwargs)
+        self._session = session
+        self._tokenizer = _tokenizer(folder)
+        self._inputs = tuple(i.name for i in session.get_inputs())
+        self._batched = precision != "int8"
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "OnnxQueryEmbedding"
+
+    def _embed(self, texts: Sequence[str]) -> list[list[float]]:
+        feed = _encode(self._tokenizer, list(texts))  # padded to the longest; each run slices off what it needs
+        lengths = feed["attention_mask"].sum(axis=1)
+        # Texts of similar length run together, so a short text is not padded to a long neighbour's length.
+        order = np.argsort(lengths, kind="stable")
+        size = self.embed_batch_size if self._batched else 1
+        vectors: list[list[float]] = [[] for _ in texts]
+        for start in range(0, len(texts), size):
+            rows = order[start : start + size]
+            width = int(lengths[rows].max())
+            (out,) = self._session.run(["embedding"], {name: feed[name][rows, :width] for name in self._inputs})
+            for row, vector in zip(rows, normalise(out).tolist(), strict=True):
+                vectors[row] = vector
+        return vectors
+
+    def _get_query_embedding(self, query: str) -> Embedding:
+        return self._embed([query])[0]
+
+    def _get_text_embedding(self, text: str) -> Embedding:
+        return self._embed([text])[0]
+
+    def _get_text_embeddings(self, texts: list[str]) -> list[Embedding]:
+        return self._embed(texts) if texts else []
+
+    async def _aget_query_embedding(self, query: str) -> Embedding:
+        return self._get_query_embedding(query)
+
+    async def _aget_text_embedding(self, text: str) -> Embedding:
+        return self._get_text_embedding(text)
+
+    async def _aget_text_embeddings(self, texts: list[str]) -> list[Embedding]:
+        return self._get_text_embeddings(texts)
+
+
+def query_encoder(settings: Settings, embed_model: BaseEmbedding | None = None) -> BaseEmbedding:
+    """What a lookup embeds queries with: the ONNX export when configured and the model is the bundled one.
+
+    A user's own model is never swapped. If the ONNX encoder cannot be built, a warning says why and the
+    embedding model is used, so the lookup still works (only slower).
+    """
+    if isinstance(embed_model, OnnxQueryEmbedding):
+        return embed_model
+    if settings.query_encoder != "model" and settings.embed_model == BUNDLED_MODEL and _is_bundled(embed_model):
+        try:
+            return _shared_encoder(
+                str(settings.resolved_model_cache_dir().absolute()),
+                settings.query_encoder == "onnx-int8",
+                DEFAULT_THREADS,
+            )
+        except Exception as exc:
+            logger.warning("ONNX query encoder unavailable, embedding queries with the model itself: %s", exc)
+    return embed_model if embed_model is not None else load_embed_model(settings.embed_model, settings.embed_batch_size)
+
+
+@lru_cache(maxsize=8)
+def _shared_encoder(cache_dir: str, quantized: bool, threads: int) -> OnnxQueryEmbedding:
+    """One encoder per cached file and thread count in the process (the file follows from folder and precision)."""
+    model_dir = Path(bundled_model_path())
+    path, session = _open_model(Path(cache_dir), model_dir, quantized, threads)
+    return OnnxQueryEmbedding(path, model_dir=model_dir, threads=threads, session=session)
+
+
+def _is_bundled(embed_model: BaseEmbedding | None) -> bool:
+    return embed_model is None or _same_dir(getattr(embed_model, "model_name", ""), bundled_model_path())
+
+
+def _same_dir(a: str | Path, b: str | Path) -> bool:
+    return bool(a) and os.path.realpath(a) == os.path.realpath(b)
