@@ -60,7 +60,9 @@ class L0Hints(Contract):
 
     @property
     def empty(self) -> bool:
-        return not (self.matched_titles or self.matched_keywords or self.domains or self.entities)
+        return not (
+            self.matched_titles or self.matched_keywords or self.domains or self.entities or self.title_coverage
+        )
 
 
 class QueryTransform(Contract):

@@ -78,6 +78,7 @@ def retrieval_details(
             "domains": hints.domains,
             "entities": hints.entities,
             "titles": hints.matched_titles,
+            "title_coverage": hints.title_coverage,
         },
         "retrieval_trace": result.retrieval_trace.model_dump(mode="json"),
         "fallback_reason": result.retrieval_trace.fallback_reason,

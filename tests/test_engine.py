@@ -119,12 +119,13 @@ def test_retrieval_details_persist_l0_hints_and_layer(sample_lookup):
     hints = row.retrieval_details["l0_hints"]
     assert hints["keywords"] == result.query_transform.hints.matched_keywords
     assert hints["domains"] == ["redis"] and "entities" in hints and "titles" in hints
+    assert hints["title_coverage"] == result.query_transform.hints.title_coverage
     assert row.retrieval_layer == "L0+L1" == result.retrieval_layer
 
 
 def test_layer_is_l1_without_hints(sample_lookup):
-    result = sample_lookup.lookup("which garbage collector keeps pauses short for a latency sensitive service")
-    assert result.query_transform.hints.empty
+    result = sample_lookup.lookup("how do I keep stop-the-world pauses short for a latency sensitive java service")
+    assert result.query_transform.hints.empty and result.found
     assert result.retrieval_layer == "L1"
     assert all(b.retrieval_layer == "L1" for b in result.evidence_blocks)
 
@@ -340,3 +341,19 @@ def test_lexical_rescore_min_limits_the_second_search(sample_settings, embed_mod
     finally:
         every.close()
         best_only.close()
+
+
+def test_stage_timings_cover_every_stage_including_the_trace_write(sample_lookup):
+    result = sample_lookup.lookup(ALERT)
+    assert {"query_transform", "embed", "search", "rerank", "pack", "trace_write"} <= set(result.stage_ms)
+    assert all(ms >= 0 for ms in result.stage_ms.values())
+    assert "trace_write" not in _details(sample_lookup)["stage_ms"]  # written before its own write was timed
+
+
+def test_title_term_coverage_is_an_l0_hint(sample_lookup):
+    result = sample_lookup.lookup("which garbage collector keeps pauses short for a latency sensitive service")
+    hints = result.query_transform.hints
+    assert not hints.empty and list(hints.title_coverage) == ["jvm/choosing-garbage-collector.md"]
+    top = result.evidence_blocks[0]
+    assert top.source == "jvm/choosing-garbage-collector.md" and top.retrieval_layer == "L0+L1"
+    assert any(r.startswith("l0_title_terms:") for r in top.hit_reasons) and result.retrieval_layer == "L0+L1"

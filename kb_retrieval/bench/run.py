@@ -124,7 +124,10 @@ def summary_markdown(report: dict[str, Any]) -> str:
             f"Warm lookup latency ({latency['queries']} runbook alert queries): lookup_knowledge p50 "
             f"{latency['lookup_knowledge_ms']['p50']} ms / p95 {latency['lookup_knowledge_ms']['p95']} ms; stock "
             f"VectorIndexRetriever on the same collection p50 {latency['stock_dense_ms']['p50']} ms / p95 "
-            f"{latency['stock_dense_ms']['p95']} ms; ratio {latency['p50_ratio']}.",
+            f"{latency['stock_dense_ms']['p95']} ms; ratio {latency['p50_ratio']}. Queries embedded by "
+            f"{latency.get('query_encoder', 'the embedding model')}; mean ms per stage: "
+            + ", ".join(f"{k} {v}" for k, v in latency["stage_mean_ms"].items())
+            + ".",
         ]
     if throughput := speed.get("ingest_throughput"):
         lines.append(

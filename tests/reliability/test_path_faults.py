@@ -80,8 +80,8 @@ def test_tool_returns_text_whatever_fails_below_it(known_kb, embed_model, tmp_pa
         get_agg_embedding_from_queries = get_query_embedding
 
     lookup = _lookup(known_kb, embed_model, tmp_path, down)
-    lookup.embed_model = BrokenModel()  # type: ignore[assignment]
-    lookup.retriever.embed_model = lookup.embed_model
+    lookup.query_embed_model = BrokenModel()  # type: ignore[assignment]
+    lookup.retriever.embed_model = lookup.query_embed_model
     output = make_lookup_tool(lookup).call(query=QUERY)
     assert output.content == "lookup_knowledge error: the lookup failed (RuntimeError); no evidence returned."
     assert "CUDA" not in output.content  # no internals to the agent

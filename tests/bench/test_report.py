@@ -1,0 +1,91 @@
+"""The bench report: targets judged from the figures, deterministic files, the README section replaced in place.
+
+The benchmark itself runs with ``make bench`` (minutes, real corpora); these tests pin what it writes.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from kb_retrieval.bench.run import README_END, README_START, targets, update_readme, write_report
+
+
+def _systems(ours: float, dense: float, no_answer: float | None = None) -> dict:
+    def metrics(hit1: float) -> dict:
+        return {
+            "hit@1": hit1,
+            "hit@3": hit1,
+            "hit@5": hit1,
+            "mrr@10": hit1,
+            "no_answer_found_false": no_answer,
+            "answerable_found_true": 1.0,
+        }
+
+    return {
+        "lookup_knowledge": metrics(ours),
+        "stock_dense": metrics(dense),
+        "stock_bm25": metrics(0.1),
+        "stock_fusion": metrics(0.2),
+    }
+
+
+REPORT = {
+    "quality": {
+        "runbooks": {"runbooks-alerts-dev": _systems(0.9, 0.8), "runbooks-alerts-instances": _systems(0.7, 0.75, 0.6)},
+        "mixed": {"runbooks-alerts-dev": _systems(0.85, 0.4, None)},
+    },
+    "speed": {
+        "warm_latency": {
+            "queries": 4,
+            "query_encoder": "ONNX int8 export of bundled:all-MiniLM-L6-v2",
+            "lookup_knowledge_ms": {"p50": 20.0, "p95": 30.0},
+            "stock_dense_ms": {"p50": 40.0, "p95": 50.0},
+            "p50_ratio": 0.5,
+            "stage_mean_ms": {"embed": 8.0, "search": 9.0, "trace_write": 1.0},
+        },
+        "ingest_throughput": {"ratio": 0.8, "ingest_chunks_per_s": 8.0, "raw_embedding_chunks_per_s": 10.0},
+        "scale": [{"chunks": 1000, "p50_ms": 20.0, "p95_ms": 25.0, "search_p50_ms": 9.0}],
+    },
+}
+
+
+def test_targets_are_judged_from_the_figures():
+    judged = targets(REPORT)
+    assert judged["mixed_dev_hit@1>=0.80"] == {"value": 0.85, "met": True}
+    assert judged["never_below_best_stock_hit@1"] == {
+        "met": False,
+        "below": ["runbooks/runbooks-alerts-instances: 0.7 < 0.75"],
+    }
+    assert judged["no_answer_mostly_found_false"] == {"min_share": 0.6, "met": True}
+    assert judged["warm_p50<=0.5x_stock_dense"] == {"ratio": 0.5, "met": True}
+    assert judged["ingest/raw_embedding>=0.85"] == {"ratio": 0.8, "met": False}
+    slower = copy.deepcopy(REPORT)
+    slower["speed"]["warm_latency"]["p50_ratio"] = 0.51
+    slower["quality"]["mixed"]["runbooks-alerts-dev"]["lookup_knowledge"]["hit@1"] = 0.79
+    judged = targets(slower)
+    assert not judged["warm_p50<=0.5x_stock_dense"]["met"] and not judged["mixed_dev_hit@1>=0.80"]["met"]
+
+
+def test_report_files_are_byte_identical_for_the_same_figures(tmp_path):
+    report = {**REPORT, "targets": targets(REPORT)}
+    write_report(report, tmp_path / "a")
+    write_report(report, tmp_path / "b")
+    names = sorted(p.name for p in (tmp_path / "a").iterdir())
+    assert names == ["bench.json", "bench.md", "latency_scale.png", "quality_hit1.png"]
+    for name in names:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+    md = (tmp_path / "a" / "bench.md").read_text(encoding="utf-8")
+    assert "| mixed | runbooks-alerts-dev | 0.85 | 0.40 | 0.10 | 0.20 | n/a |" in md
+    assert "ratio 0.5" in md and "embed 8.0, search 9.0, trace_write 1.0" in md
+    assert str(tmp_path) not in md
+
+
+def test_readme_section_is_replaced_in_place(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Title\n\n{README_START}\nold figures\n{README_END}\n\n## After\n", encoding="utf-8")
+    update_readme(readme, "new figures")
+    assert readme.read_text(encoding="utf-8") == f"# Title\n\n{README_START}\nnew figures\n{README_END}\n\n## After\n"
+    plain = tmp_path / "plain.md"
+    plain.write_text("no markers\n", encoding="utf-8")
+    update_readme(plain, "new figures")
+    assert plain.read_text(encoding="utf-8") == "no markers\n"
