@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -56,6 +57,8 @@ class LexicalIndex:
         import bm25s
         import Stemmer
         from bm25s.tokenization import Tokenizer
+
+        logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets its logger to DEBUG on import
 
         rows = list(rows)
         tokenizer = Tokenizer(stemmer=Stemmer.Stemmer("english"), stopwords="en", splitter=_TOKEN_PATTERN)
