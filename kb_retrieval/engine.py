@@ -194,9 +194,8 @@ class KnowledgeLookup:
         with clock("trace_write"):
             sidecar_entry = sidecar_run.trace_entry() if sidecar_run else None
             result.trace_recorded = self.traces.record(query, result, sidecar=sidecar_entry)
-        result.stage_ms["trace_write"] = stage_ms[
-            "trace_write"
-        ]  # the row cannot hold its own write time; the result can
+        # The row cannot hold its own write time; the result can.
+        result.stage_ms["trace_write"] = stage_ms["trace_write"]
         ranked_from = selected or (attempts[-1] if attempts else None)
         ranking = [node_candidate(n) for n in ranked_from.nodes] if ranked_from else []
         return result, ranking

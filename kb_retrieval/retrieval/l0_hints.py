@@ -164,26 +164,29 @@ class L0HintProvider:
             for word in set(content):
                 self._title_words[word].append(i)
         # Title terms weighted by rarity among titles: "kube" in every title says little, "quota" much.
-        self._title_terms = {source: title_terms(entry.title) for source, entry in index.documents.items()}
-        df: dict[str, int] = defaultdict(int)
-        for terms in self._title_terms.values():
+        self._term_sources: dict[str, list[str]] = defaultdict(list)  # inverted: a query visits only its terms
+        title_sets = {source: title_terms(entry.title) for source, entry in index.documents.items()}
+        for source, terms in title_sets.items():
             for term in terms:
-                df[term] += 1
-        n = max(len(self._title_terms), 1)
-        self._term_idf = {term: math.log(1 + n / count) for term, count in df.items()}
+                self._term_sources[term].append(source)
+        n = max(len(title_sets), 1)
+        self._term_idf = {term: math.log(1 + n / len(sources)) for term, sources in self._term_sources.items()}
+        # Sums in sorted order: set order varies between processes (hash seeds), float sums with it.
+        self._title_weight = {s: sum(self._term_idf[t] for t in sorted(terms)) for s, terms in title_sets.items()}
 
     def title_coverage(self, query: str, minimum: float = 0.5, limit: int = 20) -> dict[str, float]:
         """Per document, the share of its title (terms weighted by rarity) that the query holds, when at least
         ``minimum`` and with at least two terms shared: how far the query is *about* what the document is titled,
         word by word. The best ``limit``."""
-        query_terms = title_terms(query)
+        shared: dict[str, list[str]] = defaultdict(list)
+        for term in title_terms(query):
+            for source in self._term_sources.get(term, ()):
+                shared[source].append(term)
         covered: dict[str, float] = {}
-        for source, terms in self._title_terms.items():
-            shared = terms & query_terms
-            if len(shared) < 2:  # one shared word ("alerting", "instrumentation") is not aboutness
+        for source, terms in shared.items():
+            if len(terms) < 2:  # one shared word ("alerting", "instrumentation") is not aboutness
                 continue
-            total = sum(self._term_idf[t] for t in terms)
-            share = sum(self._term_idf[t] for t in shared) / total
+            share = sum(self._term_idf[t] for t in sorted(terms)) / self._title_weight[source]
             if share >= minimum:
                 covered[source] = round(share, 4)
         best = sorted(covered.items(), key=lambda item: (-item[1], item[0]))[:limit]
