@@ -13,13 +13,13 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from kb_retrieval.config import Settings
-from kb_retrieval.knowledge.text import count_tokens
 from kb_retrieval.models import Candidate, EvidenceBlock, ScoreLabel
-from kb_retrieval.retrieval.context_pack import TRUNCATION_MARK, block_header, pack_context
+from kb_retrieval.retrieval.context_pack import pack_context
 from kb_retrieval.retrieval.filters import equals_expr, in_expr
 from kb_retrieval.retrieval.l1.base import one_version_per_source
 from kb_retrieval.retrieval.l1.retriever import L1Retriever
 from tests.retrieval.test_filters import parse_literal
+from tests.support.context_pack import check_invariants
 
 HOSTILE = st.sampled_from(
     ['"', "\\", "'", " or 1==1", "||", "&&", "]", "[", ",", " in ", "\n", "\x00", "\x01", " and "]
@@ -109,25 +109,8 @@ hostile_blocks = st.builds(
 @given(blocks=st.lists(hostile_blocks, max_size=6, unique_by=lambda b: b.source), budget=st.integers(64, 1200))
 def test_property_hostile_metadata_budget_held_and_headers_whole(blocks: list[EvidenceBlock], budget: int) -> None:
     pack = pack_context(blocks, budget_tokens=budget)
+    check_invariants(blocks, pack, budget)  # budget held, metadata whole: the original's headers, exactly
     summary = pack.summary
-    assert count_tokens(pack.text) <= budget and summary.used_tokens <= budget
-    assert sorted(summary.included_sources + summary.omitted_sources) == sorted(b.source for b in blocks)
-    by_source = {b.source: b for b in blocks}
-    pieces = []
-    for index, packed in enumerate(pack.blocks, start=1):
-        original = by_source[packed.source]
-        assert (packed.title, packed.breadcrumb, packed.hit_reasons) == (
-            original.title,
-            original.breadcrumb,
-            original.hit_reasons,
-        )
-        if packed.truncated:
-            assert packed.content.endswith(TRUNCATION_MARK)
-            assert original.content.startswith(packed.content.removesuffix(TRUNCATION_MARK))
-        else:
-            assert packed.content == original.content
-        pieces.append(block_header(index, original) + packed.content)  # the original's metadata, whole
-    assert pack.text == "\n\n".join(pieces)
     for source in summary.omitted_sources:  # an omitted block leaves no trace of its metadata
         assert f"source: {source}\n" not in pack.text or any(p.source == source for p in pack.blocks)
 
