@@ -279,8 +279,12 @@ def test_ingest_while_looking_up_never_mixes_versions(
     mixes = MixCounter(monkeypatch)
     real_delete = ingest_module._delete
 
-    def slow_delete(*args: Any, **kwargs: Any) -> None:  # a busy server: the both-versions moment lasts a while
-        time.sleep(WINDOW_S)
+    # A busy server: the both-versions moment lasts a while. Longer on the server, where fewer, slower searches
+    # (Strong consistency) run: with 0.3 s, a run of 52 searches once missed all six windows.
+    window = WINDOW_S if milvus_backend.name == "lite" else 3 * WINDOW_S
+
+    def slow_delete(*args: Any, **kwargs: Any) -> None:
+        time.sleep(window)
         real_delete(*args, **kwargs)
 
     monkeypatch.setattr(ingest_module, "_delete", slow_delete)
