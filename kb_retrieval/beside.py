@@ -1,0 +1,63 @@
+"""The core's side of a comparison retriever run *beside* the main path (the sidecar implements it).
+
+The core never imports the sidecar package: it knows only these protocols. A comparison runner is either handed
+to :class:`~kb_retrieval.engine.KnowledgeLookup` (``beside=...``) or, when ``sidecar_enabled`` is set, created
+from the dotted factory named by ``Settings.sidecar_factory`` (``"sidecar.runner:SidecarRunner"`` by default),
+which is called as ``factory(settings, embed_model)``. Its run never changes the main result; the trace row
+records :meth:`BesideRun.trace_entry`.
+
+Example:
+    >>> entry = disabled_entry()
+    >>> entry["status"]
+    'disabled'
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from llama_index.core.base.embeddings.base import BaseEmbedding
+
+    from kb_retrieval.config import Settings
+
+#: ``retrieval_details.sidecar`` of a lookup without a comparison run.
+DISABLED_REASON = "sidecar not enabled (KB_SIDECAR_ENABLED=false)"
+
+
+class BesideRun(Protocol):
+    """The settled outcome of one comparison retrieval."""
+
+    def trace_entry(self) -> dict[str, Any]:
+        """A compact, JSON-ready record for the trace row (status, reason, timings, top candidates)."""
+        ...
+
+
+class BesideJob(Protocol):
+    """One comparison retrieval started at the beginning of a lookup."""
+
+    def collect(self) -> BesideRun:
+        """Wait (bounded by the runner's own deadline) and return the settled run."""
+        ...
+
+
+class BesideRunner(Protocol):
+    """Starts a comparison retrieval for a query; never raises into the lookup."""
+
+    def start(self, query: str) -> BesideJob: ...
+
+
+def disabled_entry() -> dict[str, Any]:
+    """The trace entry of a lookup that ran no comparison."""
+    return {"status": "disabled", "reason": DISABLED_REASON}
+
+
+def load_runner(dotted: str, settings: Settings, embed_model: BaseEmbedding) -> BesideRunner:
+    """Create the runner named ``"package.module:Factory"`` (imported only here, only when enabled)."""
+    module_name, _, attr = dotted.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"sidecar_factory must look like 'package.module:Factory', got {dotted!r}")
+    factory = getattr(import_module(module_name), attr)
+    runner: BesideRunner = factory(settings, embed_model)
+    return runner
