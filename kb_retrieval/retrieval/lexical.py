@@ -47,7 +47,12 @@ class LexicalIndex:
 
     def __init__(self, chunk_ids: list[str], categories: list[str], retriever: object, tokenizer: object) -> None:
         self.chunk_ids = chunk_ids
-        self.categories = np.asarray(categories, dtype=object)
+        # Positions per category, looked up by exact string equality: comparing a NumPy array with a string
+        # drops the string's trailing NULs, so "redis\x00" would have matched "redis".
+        positions: dict[str, list[int]] = {}
+        for position, category in enumerate(categories):
+            positions.setdefault(category, []).append(position)
+        self._by_category = {key: np.asarray(value, dtype=np.int64) for key, value in positions.items()}
         self._retriever = retriever
         self._tokenizer = tokenizer
 
@@ -86,7 +91,11 @@ class LexicalIndex:
             return []
         weights = self._retriever.get_scores(ids[0])  # type: ignore[attr-defined]
         if category is not None:
-            weights = np.where(self.categories == category, weights, 0.0)
+            kept = np.zeros_like(weights)
+            positions = self._by_category.get(category)
+            if positions is not None:
+                kept[positions] = weights[positions]
+            weights = kept
         top = np.argsort(-weights, kind="stable")[:k]
         best = float(weights[top[0]]) if len(top) else 0.0
         if best <= 0:
