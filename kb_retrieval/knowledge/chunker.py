@@ -22,8 +22,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from kb_retrieval.knowledge.loader import _HEADING, KbDocument
-from kb_retrieval.knowledge.text import count_tokens, is_fence, split_to_tokens
+from kb_retrieval.knowledge.loader import KbDocument
+from kb_retrieval.knowledge.text import count_tokens, heading, is_fence, split_to_tokens
 
 BREADCRUMB_SEPARATOR = " > "
 
@@ -66,27 +66,34 @@ def chunk_document(doc: KbDocument, chunk_tokens: int = 220, overlap: int = 32) 
 
 
 def _sections(doc: KbDocument) -> list[tuple[list[str], str]]:
-    """(breadcrumb, text) for every heading section with text, plus any text before the first heading."""
+    """(breadcrumb, text) for every heading section with text, plus any text before the first heading.
+
+    The breadcrumb starts with the document's title. An H1 that opens the body is the document's title heading:
+    it is not repeated after the title, even when the frontmatter gives the title another wording
+    ("PostgreSQL streaming replication lag > Symptoms", not "... > PostgreSQL replication lag > Symptoms").
+    """
     sections: list[tuple[list[str], str]] = []
-    stack: list[tuple[int, str]] = []
+    stack: list[tuple[int, str | None]] = []  # (level, heading); None for the title heading
     buffer: list[str] = []
     in_code = False
+    seen_heading = False
 
     def flush() -> None:
         text = "\n".join(buffer).strip()
         buffer.clear()
         if text:
-            crumb = [doc.title] + [h for _, h in stack if h != doc.title]
+            crumb = [doc.title] + [h for _, h in stack if h is not None and h != doc.title]
             sections.append((crumb, text))
 
     for line in doc.body.splitlines():
         if is_fence(line):
             in_code = not in_code
-        elif not in_code and (match := _HEADING.match(line)):
+        elif not in_code and (parsed := heading(line)):
             flush()
-            level = len(match.group(1))
+            level, text = parsed
             stack = [(lv, h) for lv, h in stack if lv < level]
-            stack.append((level, match.group(2).strip()))
+            stack.append((level, None if level == 1 and not seen_heading else text))
+            seen_heading = True
             continue
         buffer.append(line)
     flush()

@@ -29,13 +29,18 @@ from typing import Any, Literal
 
 import yaml
 
-from kb_retrieval.knowledge.text import is_fence
+from kb_retrieval.knowledge.text import heading, is_fence
 
 log = logging.getLogger(__name__)
 
 MARKDOWN_SUFFIXES = (".md", ".markdown")
-_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 _CAMEL_ID = re.compile(r"\b[A-Z][a-z0-9]+(?:[A-Z][A-Za-z0-9]*)+\b")
+
+
+SYMLINKED_FOLDER_REASON = (
+    "refused: a symlinked folder is not followed (its files would be read twice or from outside the root); "
+    "ingest its target as a knowledge-base folder of its own"
+)
 
 
 class KnowledgeBaseError(ValueError):
@@ -93,7 +98,12 @@ def load_knowledge_base(
 
     documents: list[KbDocument] = []
     skipped: list[SkippedFile] = []
-    for path in _markdown_files(root_path):
+    files, linked_folders = _markdown_files(root_path)
+    for folder in linked_folders:
+        source_id = folder.relative_to(root_path).as_posix() + "/"
+        log.warning("skipped %s: %s", source_id, SYMLINKED_FOLDER_REASON)
+        skipped.append(SkippedFile(source_id, SYMLINKED_FOLDER_REASON))
+    for path in files:
         source_id = path.relative_to(root_path).as_posix()
         try:
             doc = _load_document(path, source_id, real_root, category_from, max_file_bytes)
@@ -111,17 +121,22 @@ class _Skip(Exception):
         self.reason = reason
 
 
-def _markdown_files(root: Path) -> list[Path]:
+def _markdown_files(root: Path) -> tuple[list[Path], list[Path]]:
+    """The Markdown files under ``root`` in path order, and the symlinked folders that were not walked."""
     found: list[Path] = []
-    # followlinks=False: a symlinked folder is not walked; symlinked files are checked in _load_document.
+    linked: list[Path] = []
+    # followlinks=False: a symlinked folder is not walked (reported instead); symlinked files are checked in
+    # _load_document.
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        visible = sorted(d for d in dirnames if not d.startswith("."))
+        linked.extend(Path(dirpath) / d for d in visible if os.path.islink(os.path.join(dirpath, d)))
+        dirnames[:] = visible
         found.extend(
             Path(dirpath) / name
             for name in filenames
             if not name.startswith(".") and name.lower().endswith(MARKDOWN_SUFFIXES)
         )
-    return sorted(found, key=lambda p: p.relative_to(root).as_posix())
+    return sorted(found, key=lambda p: p.relative_to(root).as_posix()), sorted(linked)
 
 
 def _load_document(path: Path, source_id: str, real_root: Path, category_from: str, max_file_bytes: int) -> KbDocument:
@@ -206,8 +221,8 @@ def _headings(body: str) -> list[tuple[int, str]]:
         if is_fence(line):
             in_code = not in_code
             continue
-        if not in_code and (match := _HEADING.match(line)):
-            found.append((len(match.group(1)), match.group(2).strip()))
+        if not in_code and (parsed := heading(line)):
+            found.append(parsed)
     return found
 
 

@@ -10,6 +10,7 @@ _TOKEN = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 _FENCE = re.compile(r"^\s*(```|~~~)")
+_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 
 
 def count_tokens(text: str) -> int:
@@ -37,6 +38,15 @@ def clean_text(text: str) -> str:
 def is_fence(line: str) -> bool:
     """True for a Markdown code-fence line (``` or ~~~)."""
     return bool(_FENCE.match(line))
+
+
+def heading(line: str) -> tuple[int, str] | None:
+    """``(level, text)`` of an ATX Markdown heading line (``## Fix`` -> ``(2, 'Fix')``), else None.
+
+    Callers skip lines inside code fences (see :func:`is_fence`).
+    """
+    match = _HEADING.match(line)
+    return (len(match.group(1)), match.group(2).strip()) if match else None
 
 
 def truncate_to_tokens(text: str, max_tokens: int) -> str:

@@ -15,6 +15,8 @@ from kb_retrieval.knowledge.chunker import chunk_document
 from kb_retrieval.knowledge.loader import KbDocument
 from kb_retrieval.knowledge.text import count_tokens
 
+pytestmark = pytest.mark.unit
+
 
 def doc(body: str, title: str = "Redis OOM", content_hash: str = "h1", source_id: str = "redis/oom.md") -> KbDocument:
     return KbDocument(source_id, title, "redis", [], [], [], body, content_hash)
@@ -47,9 +49,20 @@ def test_breadcrumbs_follow_heading_levels() -> None:
     assert chunks[1].embedding_text() == "Redis OOM > Symptoms > On replicas\n\nreplica lag."
 
 
-def test_h1_differing_from_title_appears_in_breadcrumb() -> None:
-    chunks = chunk_document(doc("# Other H1\n\n## Part\n\ntext\n", title="Front Title"))
-    assert chunks[0].breadcrumb == ["Front Title", "Other H1", "Part"]
+def test_h1_differing_from_frontmatter_title_is_not_repeated_in_breadcrumb() -> None:
+    """Issue 14 item 14: the H1 opening the body is the title heading, whatever the frontmatter calls it."""
+    body = "# PostgreSQL replication lag\n\nIntro.\n\n## Symptoms\n\nlag grows\n\n# Appendix\n\nmore\n"
+    chunks = chunk_document(doc(body, title="PostgreSQL streaming replication lag"))
+    assert [c.breadcrumb_text for c in chunks] == [
+        "PostgreSQL streaming replication lag",
+        "PostgreSQL streaming replication lag > Symptoms",
+        "PostgreSQL streaming replication lag > Appendix",  # a later H1 is a section of its own
+    ]
+
+
+def test_h1_after_another_heading_is_a_section() -> None:
+    chunks = chunk_document(doc("## Intro\n\nfirst\n\n# Part two\n\nsecond\n", title="Front Title"))
+    assert [c.breadcrumb for c in chunks] == [["Front Title", "Intro"], ["Front Title", "Part two"]]
 
 
 def test_text_before_first_heading_is_kept_under_the_title() -> None:

@@ -10,6 +10,8 @@ import pytest
 
 from kb_retrieval.knowledge.loader import KnowledgeBaseError, LoadedKnowledgeBase, load_knowledge_base
 
+pytestmark = pytest.mark.unit
+
 
 def write(root: Path, relative: str, text: str | bytes) -> Path:
     path = root / relative
@@ -79,6 +81,20 @@ def test_yaml_dates_in_metadata_become_iso_strings_and_stay_json_storable(tmp_pa
 
 
 # --- derived fields ------------------------------------------------------------------------------------------------
+
+
+def test_frontmatter_title_and_different_h1_give_one_title_in_breadcrumbs(tmp_path: Path) -> None:
+    """Issue 14 item 14, from the file on disk to the chunks."""
+    from kb_retrieval.knowledge.chunker import chunk_document
+
+    write(
+        tmp_path,
+        "postgres/lag.md",
+        "---\ntitle: PostgreSQL streaming replication lag\n---\n# PostgreSQL replication lag\n\n"
+        "## Symptoms\n\nReplay lag grows.\n",
+    )
+    doc = load_knowledge_base(tmp_path).documents[0]
+    assert [c.breadcrumb_text for c in chunk_document(doc)] == ["PostgreSQL streaming replication lag > Symptoms"]
 
 
 def test_title_from_first_h1_else_file_stem(tmp_path: Path) -> None:
@@ -254,6 +270,21 @@ def test_symlinked_folder_leading_outside_is_not_walked(tmp_path: Path) -> None:
     (root / "linked").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
     kb = load_knowledge_base(root)
     assert [d.source_id for d in kb.documents] == ["a.md"]
+    assert "symlinked folder" in skip_reason(kb, "linked/")
+
+
+def test_symlinked_folder_inside_the_root_is_skipped_with_a_warning(tmp_path: Path, caplog) -> None:
+    """Issue 14 item 10: not walked (its files would be ingested twice), and said so."""
+    root = tmp_path / "kb"
+    write(root, "real/doc.md", GOOD)
+    (root / "sub").mkdir()
+    (root / "sub" / "alias").symlink_to(root / "real", target_is_directory=True)
+    (root / ".hidden-link").symlink_to(root / "real", target_is_directory=True)  # hidden: ignored silently
+    kb = load_knowledge_base(root)
+    assert [d.source_id for d in kb.documents] == ["real/doc.md"]
+    assert [s.source_id for s in kb.skipped] == ["sub/alias/"]
+    assert "not followed" in skip_reason(kb, "sub/alias/")
+    assert "skipped sub/alias/: refused: a symlinked folder is not followed" in caplog.text
 
 
 def test_symlink_loop_and_dangling_link_are_skipped_not_fatal(tmp_path: Path) -> None:

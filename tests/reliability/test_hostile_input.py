@@ -194,8 +194,10 @@ def test_symlinks_leaving_the_root_are_refused(tmp_path: Path, embed_model) -> N
     summary = ingest([kb / "ops" / ".."], settings, embed_model=embed_model)  # a root spelled with ".."
 
     reasons = {s.source: s.reason for s in summary.skipped}
-    assert set(reasons) == {"ops/linked-secret.md", "ops/dotdot.md"}
-    assert all(r.startswith("refused:") and "outside the knowledge-base root" in r for r in reasons.values())
+    assert set(reasons) == {"ops/linked-secret.md", "ops/dotdot.md", "ops/linked-dir/"}
+    assert all(r.startswith("refused:") for r in reasons.values())
+    assert all("outside the knowledge-base root" in reasons[s] for s in ("ops/linked-secret.md", "ops/dotdot.md"))
+    assert "symlinked folder is not followed" in reasons["ops/linked-dir/"]
     client = connect(settings)
     client.load_collection(settings.collection)
     rows = client.query(settings.collection, filter='source != ""', output_fields=["source", "content"])
