@@ -292,6 +292,7 @@ def _is_user_error(exc: Exception) -> bool:
 
     names = {
         "MilvusUnavailableError",
+        "MilvusLiteLockedError",
         "SchemaMismatchError",
         "EmptyQueryError",
         "GoldenCaseError",

@@ -4,6 +4,9 @@ The collection itself is the record of what was ingested: every row carries its 
 document's content hash, and chunk ids derive from (source, content hash, position). So a re-run over an unchanged
 folder embeds and writes nothing, an edited document's new chunks are written before its old ones are deleted (a
 reader sees the old or the new version, never a half), and a run killed at any point converges on the next run.
+The L0 index is written the same way, one row per document in the companion collection ``<collection>_l0``
+(:mod:`kb_retrieval.indexing.l0_index`), and every run that wrote anything publishes a new index version
+(:mod:`kb_retrieval.indexing.index_version`) for long-lived readers.
 
 Example:
     >>> summary = ingest(["kb_retrieval/sample_kb"], Settings(state_dir=".kb-state"))  # doctest: +SKIP
@@ -26,8 +29,9 @@ from tqdm import tqdm
 
 from kb_retrieval.config import Settings
 from kb_retrieval.indexing.embeddings import embed_texts, load_embed_model
-from kb_retrieval.indexing.l0_index import L0Index
-from kb_retrieval.indexing.milvus import VARCHAR_LIMITS, connect, ensure_collection, iter_rows
+from kb_retrieval.indexing.index_version import ensure_meta_collection, publish_version
+from kb_retrieval.indexing.l0_index import L0Index, ensure_l0_collection, l0_content_hash, write_l0
+from kb_retrieval.indexing.milvus import VARCHAR_LIMITS, connect, ensure_collection, is_lite_engine, iter_rows
 from kb_retrieval.knowledge.chunker import Chunk, chunk_document
 from kb_retrieval.knowledge.loader import (
     KbDocument,
@@ -100,6 +104,9 @@ def ingest(
 
     client = connect(settings)
     ensure_collection(client, settings)
+    # The companions exist before any chunk is written: a collection with chunks always has its L0 index.
+    ensure_l0_collection(client, settings)
+    ensure_meta_collection(client, settings)
     existing = _existing_rows(client, settings)
     plans, removed = _plan(kbs, existing, settings)
 
@@ -117,16 +124,18 @@ def ingest(
     writer.finish()
     for ids in removed.values():
         _delete(client, settings, ids)
-    wrote = writer.embedded or removed or any(plan.stale_ids for plan in plans)
-    if wrote and not settings.is_milvus_server():
+    wrote = bool(writer.embedded or removed or any(plan.stale_ids for plan in plans))
+    if wrote and is_lite_engine(client, settings):
         # Milvus Lite searches rows still in its in-memory table ~2.5x slower than flushed segments (measured on the
         # sample KB: ~35 ms against ~14 ms a lookup), and a server flushes and indexes on its own.
         client.flush(settings.collection)
 
-    l0 = L0Index.load(settings.l0_index_path())
-    for kb in kbs:
-        l0.replace_kb(kb.kb_id, kb.documents)
-    l0.save(settings.l0_index_path())
+    # The L0 index after the chunks (a reader never finds an entry whose chunks are not written yet), then a new
+    # index version after every write, then the local copy of the L0 index.
+    chunk_ids = {plan.doc.source_id: [c.chunk_id for c in plan.chunks] for plan in plans}
+    wrote = write_l0(client, settings, kbs, chunk_ids) > 0 or wrote
+    publish_version(client, settings, content=l0_content_hash(client, settings), wrote=wrote)
+    L0Index.load_from_milvus(client, settings).save(settings.l0_index_path())
 
     for plan in plans:
         setattr(summary, f"documents_{plan.kind}", getattr(summary, f"documents_{plan.kind}") + 1)

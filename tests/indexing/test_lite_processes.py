@@ -1,0 +1,177 @@
+"""Several processes and one Milvus Lite data dir: the one-line error for a second process, the shared Lite server
+(``milvus-lite server``) that lets several local processes use one data dir, and Lite's loopback gRPC port.
+
+Real processes throughout: a held data dir is a lock held by another process, not something to fake.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from pymilvus import MilvusClient
+
+from kb_retrieval.config import Settings
+from kb_retrieval.engine import KnowledgeLookup
+from kb_retrieval.indexing.index_version import index_version
+from kb_retrieval.indexing.l0_index import L0Index
+from kb_retrieval.indexing.milvus import MilvusLiteLockedError, connect, is_lite_engine, lite_lock_holder
+from kb_retrieval.traces import TraceStore
+from tests.conftest import REPO, SAMPLE_KB
+from tests.support.milvus_server import pick_free_ports
+
+HOLD = (
+    "import sys\n"
+    "from kb_retrieval.config import Settings\n"
+    "from kb_retrieval.indexing.milvus import connect\n"
+    "connect(Settings(state_dir=sys.argv[1])).list_collections()\n"
+    "print('ready', flush=True)\n"
+    "sys.stdin.read()\n"
+)
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+@pytest.fixture
+def holder(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    """Another process with the state dir's Milvus Lite data dir open, until the test ends."""
+    state = tmp_path / "state"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(state)],
+        cwd=REPO,
+        env=_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready", proc.stderr
+    try:
+        yield proc, state
+    finally:
+        proc.communicate(timeout=30)  # closing its stdin ends it
+
+
+def test_second_process_gets_one_clear_line(holder, capfd):
+    proc, state = holder
+    data_dir = (state / "milvus.db").resolve()
+    assert lite_lock_holder(data_dir) == proc.pid
+    capfd.readouterr()
+    with pytest.raises(MilvusLiteLockedError) as caught:
+        connect(Settings(state_dir=state))
+    message = str(caught.value)
+    assert "\n" not in message
+    assert f"Milvus Lite data dir {data_dir} is held by process {proc.pid}" in message
+    assert f"milvus-lite server --data-dir {data_dir} --host 127.0.0.1" in message
+    assert "KB_MILVUS_URI" in message
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+    printed = capfd.readouterr()
+    assert "Traceback" not in printed.err + printed.out and "DataDirLockedError" not in printed.err
+
+
+def test_second_process_cli_prints_one_line_without_traceback(holder):
+    _, state = holder
+    script = Path(sys.executable).parent / "kb-retrieval"
+    run = subprocess.run(
+        [str(script), "stats", "--state-dir", str(state)], env=_env(), capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 2
+    assert "Traceback" not in run.stderr
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: Milvus Lite data dir "), run.stderr
+    assert "milvus-lite server --data-dir" in lines[0]
+
+
+def test_lock_is_free_again_once_the_holder_ends(holder):
+    proc, state = holder
+    proc.communicate(timeout=30)
+    assert lite_lock_holder((state / "milvus.db").resolve()) is None
+    client = connect(Settings(state_dir=state))
+    assert client.list_collections() == []
+
+
+def _listening(pid: int) -> set[tuple[str, int]]:
+    return {
+        (c.laddr.ip, c.laddr.port)
+        for c in psutil.Process(pid).net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN
+    }
+
+
+def test_embedded_lite_serves_an_unauthenticated_loopback_port(tmp_path):
+    """What the README says about Lite's exposure: a gRPC port on 127.0.0.1 only, usable without credentials."""
+    before = _listening(os.getpid())
+    settings = Settings(state_dir=tmp_path / "state")
+    connect(settings).create_collection("exposed", dimension=2)
+    opened = _listening(os.getpid()) - before
+    assert len(opened) == 1, opened
+    ((address, port),) = opened
+    assert address in ("127.0.0.1", "::ffff:127.0.0.1")
+    stranger = MilvusClient(uri=f"http://127.0.0.1:{port}", dedicated=True)  # no token, another connection
+    try:
+        assert "exposed" in stranger.list_collections()
+        stranger.drop_collection("exposed")  # and it may change the data
+    finally:
+        stranger.close()
+    assert not connect(settings).has_collection("exposed")
+
+
+# --- one data dir shared by several processes through `milvus-lite server` -----------------------------------------
+
+
+@pytest.fixture
+def lite_server(tmp_path: Path) -> Iterator[str]:
+    """``milvus-lite server`` on a data dir, loopback only, as the README documents; stopped with Ctrl-C."""
+    (port,) = pick_free_ports(1)
+    command = [str(Path(sys.executable).parent / "milvus-lite"), "server", "--data-dir", str(tmp_path / "shared.db")]
+    command += ["--host", "127.0.0.1", "--port", str(port)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        assert "listening on 127.0.0.1" in proc.stdout.readline()
+        assert _listening(proc.pid) <= {("127.0.0.1", port), ("::ffff:127.0.0.1", port)}
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    script = Path(sys.executable).parent / "kb-retrieval"
+    return subprocess.run([str(script), *args], env=_env(), capture_output=True, text=True, timeout=300, cwd=REPO)
+
+
+@pytest.mark.timeout(600)
+def test_several_processes_share_one_lite_data_dir_through_its_server(lite_server, tmp_path, embed_model):
+    settings = Settings(state_dir=tmp_path / "here", milvus_uri=lite_server, vector_store_mode="sdk")
+    ingest = _cli("ingest", str(SAMPLE_KB / "redis"), "--uri", lite_server, "--state-dir", str(tmp_path / "ci"))
+    assert ingest.returncode == 0, ingest.stderr
+    client = connect(settings)
+    assert is_lite_engine(client, settings)  # behind an http URI: FLAT index, flushed after writes
+    index = client.describe_index(settings.collection, settings.vector_field)
+    assert index["index_type"] == "FLAT"
+    before = index_version(client, settings)
+    l0 = L0Index.load_from_milvus(client, settings)
+    assert l0.enabled and "memory-usage-high.md" in l0.documents and l0.index_version == before
+    lookup = KnowledgeLookup(settings, embed_model=embed_model, client=client, trace_store=TraceStore("sqlite://"))
+    assert lookup.lookup("RedisMemoryHigh on cache-01").evidence_blocks[0].source == "memory-usage-high.md"
+    # Another process looks up while this one holds its client, and a third ingests more.
+    other = _cli("lookup", "MySQL replica lag behind source", "--uri", lite_server, "--state-dir", str(tmp_path / "o"))
+    assert other.returncode == 0, other.stderr
+    more = _cli("ingest", str(SAMPLE_KB / "mysql"), "--uri", lite_server, "--state-dir", str(tmp_path / "ci2"))
+    assert more.returncode == 0, more.stderr
+    deadline = time.monotonic() + 10
+    while index_version(client, settings) == before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert index_version(client, settings) != before
+    assert "replication-lag.md" in L0Index.load_from_milvus(client, settings).documents
+    lookup.close()
