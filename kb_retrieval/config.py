@@ -12,10 +12,11 @@ Example:
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 VectorStoreMode = Literal["auto", "vectorstore", "sdk"]
@@ -25,10 +26,30 @@ IndexType = Literal["auto", "FLAT", "HNSW", "IVF_FLAT", "AUTOINDEX"]
 ConsistencyLevel = Literal["Strong", "Session", "Bounded", "Eventually"]
 
 
+#: The password of a URL's user info: ``scheme://user:PASSWORD@host``.
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^:/?#@\s]*:)(?P<password>[^@\s]*)@")
+MASK = "***"
+
+
+def mask_secrets(text: str, secrets: list[str] | tuple[str, ...] = ()) -> str:
+    """``text`` with every URL password and every given secret value replaced by ``***``.
+
+    Example:
+        >>> mask_secrets("cannot reach http://root:hunter2@db:19530 (token abc:xyz)", ["abc:xyz"])
+        'cannot reach http://root:***@db:19530 (token ***)'
+    """
+    text = _URL_PASSWORD.sub(lambda m: f"{m.group('head')}{MASK}@", text)
+    for secret in sorted({s for s in secrets if len(s) >= 3}, key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    return text
+
+
 class Settings(BaseSettings):
     """Configuration of ingest and lookup."""
 
-    model_config = SettingsConfigDict(env_prefix="KB_", extra="ignore", validate_assignment=True)
+    model_config = SettingsConfigDict(
+        env_prefix="KB_", extra="ignore", validate_assignment=True, hide_input_in_errors=True
+    )
 
     # --- where things live -------------------------------------------------------------------------------
     state_dir: Path = Field(
@@ -40,7 +61,11 @@ class Settings(BaseSettings):
         description="A local path means Milvus Lite; http(s)://host:port a Milvus server. "
         "Default: <state_dir>/milvus.db.",
     )
-    milvus_token: str = Field(default="", description="Milvus token (user:password) for a secured server.")
+    milvus_token: SecretStr = Field(
+        default=SecretStr(""),
+        description="Milvus token (user:password or an API key) for a secured server. A secret: shown as '**********', "
+        "masked in errors and logs; read it with .get_secret_value().",
+    )
     milvus_timeout_s: float = Field(default=10.0, gt=0, description="Connect timeout for a Milvus server.")
     milvus_search_timeout_s: float = Field(
         default=10.0,
@@ -51,7 +76,20 @@ class Settings(BaseSettings):
     collection: str = Field(default="kb_chunks", description="Milvus collection name.")
     trace_db_url: str | None = Field(
         default=None,
-        description="SQLAlchemy URL of the trace store. Default: sqlite:///<state_dir>/traces.db.",
+        description="SQLAlchemy URL of the trace store. Default: sqlite:///<state_dir>/traces.db (created readable "
+        "by its owner only). A password in it is masked wherever the URL is shown.",
+    )
+    trace_timeout_s: float = Field(
+        default=2.0,
+        gt=0,
+        description="The longest a lookup waits for its trace row: the database's busy, lock and statement timeouts; "
+        "a write still unanswered after it (a hung database) is given up, and the lookup answers with "
+        "trace_recorded = false.",
+    )
+    trace_query: Literal["full", "hash", "redact"] = Field(
+        default="full",
+        description="How trace rows keep the query text: 'full'; 'hash' (sha256 of the query, so identical queries "
+        "can still be grouped); 'redact' (only its length). Alert texts can carry host names and credentials.",
     )
 
     # --- collection schema (configurable so an existing collection can be attached) ----------------------
@@ -159,6 +197,11 @@ class Settings(BaseSettings):
     sidecar_enabled: bool = Field(default=False, description="Run the stock LlamaIndex retriever beside.")
     sidecar_timeout_s: float = Field(default=5.0, gt=0)
 
+    @field_validator("metric", mode="before")
+    @classmethod
+    def _metric_any_case(cls, value: object) -> object:
+        return value.strip().upper() if isinstance(value, str) else value
+
     @field_validator("vector_store_mode", mode="before")
     @classmethod
     def _alias_spring_ai(cls, value: object) -> object:
@@ -174,6 +217,20 @@ class Settings(BaseSettings):
     def resolved_milvus_uri(self) -> str:
         """The Milvus URI, defaulting to a Milvus Lite file in the state directory."""
         return self.milvus_uri or str(self.state_dir / "milvus.db")
+
+    def secret_values(self) -> list[str]:
+        """Every secret these settings hold: the Milvus token (and its password part), passwords in URLs."""
+        found = []
+        token = self.milvus_token.get_secret_value()
+        if token:
+            found += [token, token.split(":", 1)[1]] if ":" in token else [token]
+        for url in (self.milvus_uri or "", self.trace_db_url or ""):
+            found += [m.group("password") for m in _URL_PASSWORD.finditer(url) if m.group("password")]
+        return found
+
+    def mask(self, text: str) -> str:
+        """``text`` with these settings' secrets and any URL password replaced by ``***``."""
+        return mask_secrets(text, self.secret_values())
 
     def resolved_trace_db_url(self) -> str:
         """The trace store URL, defaulting to a SQLite file in the state directory."""

@@ -5,18 +5,27 @@ A SQLite file in the state directory by default; any SQLAlchemy URL (PostgreSQL,
 context pack summary, evidence summaries with content truncated) and never the full evidence content.
 
 A failing trace store never fails a lookup: the error is logged and counted (``TraceStore.failures``) and the
-result says ``trace_recorded = false``.
+result says ``trace_recorded = false``. Nor does a slow or hung one hold the answer: rows are written by a few
+background threads and a lookup waits for its row at most ``timeout_s`` (``KB_TRACE_TIMEOUT_S``) plus a small
+margin.
+
+The query text can be kept in full, hashed or redacted (``KB_TRACE_QUERY``); text a database cannot store (NUL in
+PostgreSQL text, lone surrogates anywhere) is stored with U+FFFD in its place.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import hashlib
 import logging
 import math
+import os
+import queue
+import re
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import (
     JSON,
@@ -35,12 +44,19 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from sqlalchemy.pool import StaticPool
 
+from kb_retrieval.config import Settings, mask_secrets
 from kb_retrieval.models import LookupResult
 
 log = logging.getLogger(__name__)
 TOOL_NAME = "lookup_knowledge"
 #: ``retrieval_details.sidecar`` of a lookup without a sidecar run (see ``sidecar.models.SidecarRun.trace_entry``).
 SIDECAR_DISABLED_REASON = "sidecar not enabled (KB_SIDECAR_ENABLED=false)"
+QueryMode = Literal["full", "hash", "redact"]
+#: A database that honours its own timeout reports its error within this margin of it; then the lookup moves on.
+WAIT_MARGIN_S = 0.25
+#: Background writer threads per store: writes to a hung database occupy them; later rows wait (bounded) in a queue.
+WRITERS = 4
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class Base(DeclarativeBase):
@@ -111,25 +127,44 @@ class TraceStore:
     """Writes and reads ``tool_invocation`` rows. Thread-safe; SQLite writes are serialised.
 
     ``timeout_s`` bounds how long one write may wait on the database: SQLite's busy timeout on a locked file; on
-    PostgreSQL the connect, lock and statement timeouts. A write that runs out of it fails like any other (logged,
-    counted, ``trace_recorded = false``) and the lookup answers regardless.
+    PostgreSQL the connect, lock and statement timeouts; and, for a database that does not answer at all, the
+    lookup's own wait for its row. A write that runs out of it fails like any other (logged, counted,
+    ``trace_recorded = false``) and the lookup answers regardless. ``query_mode``: how the query text is kept
+    (``full``, ``hash``, ``redact``). Build one from settings with :meth:`from_settings`.
+
+    Example:
+        >>> store = TraceStore("sqlite://", query_mode="hash")
+        >>> store.stored_query("RedisMemoryHigh on cache-01")[:15]
+        'sha256:a6c43cee'
     """
 
-    def __init__(self, url: str, *, content_chars: int = 160, query_chars: int = 4000, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        content_chars: int = 160,
+        query_chars: int = 4000,
+        timeout_s: float = Settings.model_fields["trace_timeout_s"].default,
+        query_mode: QueryMode = "full",
+    ) -> None:
         self.url = url
         self.content_chars = content_chars
         self.query_chars = query_chars
         self.timeout_s = timeout_s
+        self.query_mode = query_mode
         self.failures = 0
         self.last_error: str | None = None
         self._lock = threading.Lock()  # serialises SQLite writes
-        self._state_lock = threading.Lock()  # guards failures/last_error and schema creation
+        self._state_lock = threading.Lock()  # guards failures/last_error and the writer threads; never held on I/O
+        self._schema_lock = threading.Lock()  # schema creation (talks to the database, so apart from the above)
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._writers: list[threading.Thread] = []
         self._is_sqlite = url.startswith("sqlite")
         if self._is_sqlite and url.startswith("sqlite:///") and url != "sqlite:///:memory:":
             try:
-                Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+                _create_private(Path(url.removeprefix("sqlite:///")))
             except OSError as exc:  # unusable location: every write will fail and be counted; lookups still answer
-                log.error("trace store %s: cannot create its folder: %s", url, exc)
+                log.error("trace store %s: cannot create its file: %s", self._safe_url(), exc)
         # An in-memory SQLite database lives in its connection: one connection shared by every thread (writes are
         # serialised below), not one per thread, each with a database of its own that has no table.
         in_memory = self._is_sqlite and url in ("sqlite://", "sqlite:///:memory:")
@@ -146,10 +181,21 @@ class TraceStore:
 
     def _ensure_schema(self) -> None:
         if not self._ready:
-            with self._state_lock:  # two threads creating the table at once fail on PostgreSQL
+            with self._schema_lock:  # two threads creating the table at once fail on PostgreSQL
                 if not self._ready:
                     Base.metadata.create_all(self.engine)
                     self._ready = True
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> TraceStore:
+        """The store the settings describe (URL, preview sizes, timeout, query mode)."""
+        return cls(
+            settings.resolved_trace_db_url(),
+            content_chars=settings.trace_content_chars,
+            query_chars=settings.max_query_chars,
+            timeout_s=settings.trace_timeout_s,
+            query_mode=settings.trace_query,
+        )
 
     def record(
         self,
@@ -159,43 +205,107 @@ class TraceStore:
         tool_name: str = TOOL_NAME,
         sidecar: dict[str, Any] | None = None,
     ) -> bool:
-        """Write one row; on failure log, count, and return False (the lookup still answers).
+        """Write one row; True only when it was committed. On failure log, count, and return False.
+
+        The write runs on a background thread; this waits at most ``timeout_s`` + :data:`WAIT_MARGIN_S`. A write
+        not done by then is given up: not started or not yet committed, it is rolled back and never lands (so
+        False is the truth); in the one case of a database hanging during the commit itself, the outcome cannot
+        be known in time and is logged as such.
 
         ``sidecar``: the ``retrieval_details.sidecar`` entry when a sidecar ran beside the lookup.
         """
         row = ToolInvocation(
             tool_name=tool_name,
-            # PostgreSQL text cannot hold NUL; the JSON details keep the query exactly (escaped).
-            query=query[: self.query_chars].replace("\x00", "\ufffd"),
+            # PostgreSQL text cannot hold NUL; the JSON details keep it (escaped).
+            query=self.stored_query(query[: self.query_chars]).replace("\x00", "\ufffd"),
             created_at=dt.datetime.now(dt.timezone.utc),
             duration_ms=round(result.elapsed_ms, 3),
             found=result.found,
             evidence_status=result.evidence_status.value,
             retrieval_layer=result.retrieval_layer,
-            retrieval_details=retrieval_details(result, self.content_chars, sidecar),
+            retrieval_details=self._details(result, sidecar),
         )
-        try:
-            if self._is_sqlite:
-                with self._lock:
-                    self._write(row)
+        job = _Job(row)
+        self._start_writers()
+        self._jobs.put(job)
+        waited = self.timeout_s + WAIT_MARGIN_S
+        if not job.done.wait(waited):
+            with job.lock:
+                in_doubt = job.state == "committing"
+                if not in_doubt:
+                    job.state = "abandoned"  # the writer rolls it back, or never starts it
+            if in_doubt:
+                self._failed(f"TimeoutError: the commit was unanswered after {waited:g} s (the row may be recorded)")
             else:
-                self._write(row)
-            return True
-        except Exception as exc:
-            message = f"{type(exc).__name__}: {_first_line(exc)}"
-            with self._state_lock:
-                self.failures += 1
-                failures = self.failures
-                self.last_error = message
-            log.error(
-                "trace store %s: could not record lookup (%d failures so far): %s", self._safe_url(), failures, message
-            )
+                self._failed(f"TimeoutError: the trace database did not answer within {waited:g} s")
             return False
+        if job.error is not None:
+            self._failed(f"{type(job.error).__name__}: {_first_line(job.error)}")
+            return False
+        return True
 
-    def _write(self, row: ToolInvocation) -> None:
-        self._ensure_schema()
-        with Session(self.engine) as session, session.begin():
-            session.add(row)
+    def _details(self, result: LookupResult, sidecar: dict[str, Any] | None) -> dict[str, Any]:
+        """``retrieval_details`` with the query texts in the store's query mode and only storable text."""
+        details = retrieval_details(result, self.content_chars, sidecar)
+        if self.query_mode != "full":  # the query is in the transform (as given and normalised) and in each attempt
+            transform = details["query_transform"]
+            for key in ("original_query", "normalized_query"):
+                transform[key] = self.stored_query(transform[key])
+            for attempt in details["retrieval_trace"]["attempts"]:
+                attempt["query"] = self.stored_query(attempt["query"])
+        return _storable(details)
+
+    def stored_query(self, text: str) -> str:
+        """The query as trace rows keep it: in full, as ``sha256:<hex>``, or as ``[redacted: N characters]``."""
+        if self.query_mode == "hash":
+            return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        if self.query_mode == "redact":
+            return f"[redacted: {len(text)} characters]"
+        return _SURROGATE.sub("\ufffd", text)
+
+    def _failed(self, message: str) -> None:
+        with self._state_lock:
+            self.failures += 1
+            failures = self.failures
+            self.last_error = message
+        log.error(
+            "trace store %s: could not record lookup (%d failures so far): %s", self._safe_url(), failures, message
+        )
+
+    def _start_writers(self) -> None:
+        if self._writers:
+            return
+        with self._state_lock:
+            while len(self._writers) < WRITERS:
+                # Daemon threads: a write stuck on a hung database never keeps the process from exiting.
+                thread = threading.Thread(target=self._write_jobs, name="kb-trace-writer", daemon=True)
+                thread.start()
+                self._writers.append(thread)
+
+    def _write_jobs(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            with job.lock:
+                if job.state == "abandoned":
+                    continue
+                job.state = "writing"
+            try:
+                with self._sqlite_serialised():
+                    self._ensure_schema()
+                    with Session(self.engine) as session:
+                        session.add(job.row)
+                        session.flush()  # the INSERT: what a locked or hung database holds up
+                        with job.lock:
+                            abandoned = job.state == "abandoned"
+                            if not abandoned:
+                                job.state = "committing"
+                        if abandoned:
+                            session.rollback()  # the lookup already answered trace_recorded = false
+                        else:
+                            session.commit()
+            except Exception as exc:
+                job.error = exc
+            finally:
+                job.done.set()
 
     def rows(self, limit: int | None = None) -> list[ToolInvocation]:
         with self._sqlite_serialised():
@@ -216,10 +326,45 @@ class TraceStore:
         return self._lock if self._is_sqlite else contextlib.nullcontext()
 
     def _safe_url(self) -> str:
-        return self.engine.url.render_as_string(hide_password=True)
+        return mask_secrets(self.url)
 
     def close(self) -> None:
+        """Stop the writer threads once idle (a write in progress finishes first) and release the connections."""
+        with self._state_lock:
+            for _ in self._writers:
+                self._jobs.put(None)
+            self._writers = []
         self.engine.dispose()
+
+
+class _Job:
+    """One row on its way to the database, and what became of it."""
+
+    def __init__(self, row: ToolInvocation) -> None:
+        self.row = row
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+        self.state: Literal["queued", "writing", "committing", "abandoned"] = "queued"
+        self.error: Exception | None = None
+
+
+def _create_private(path: Path) -> None:
+    """Create the SQLite file readable and writable by its owner only (SQLite gives its -wal and -shm files the
+    same mode). An existing file keeps its mode: that is its owner's choice."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+
+
+def _storable(value: Any) -> Any:
+    """``value`` (JSON details) with lone surrogates, which no database stores, replaced by U+FFFD."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {key: _storable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_storable(item) for item in value]
+    return value
 
 
 def _connect_args(url: str, timeout_s: float) -> dict[str, Any]:

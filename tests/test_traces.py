@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import stat
+
 import pytest
 
+from kb_retrieval.config import Settings
 from kb_retrieval.traces import TraceStore
 
 ALERT = "MySQLReplicationLag: replica is 340 seconds behind"
@@ -47,4 +53,66 @@ def test_sqlite_commits_without_an_fsync_each(tmp_path):
     with store.engine.connect() as connection:
         assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert connection.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL: synced at checkpoints
+    store.close()
+
+
+# --- what a row keeps of the query (issue 14 item 4) ----------------------------------------------------------------
+
+SECRET_ALERT = "MySQLReplicationLag: replica db-secret-host-77 is 340 seconds behind (password=hunter2)"
+
+
+@pytest.mark.parametrize("mode", ["hash", "redact"])
+def test_query_text_can_be_hashed_or_redacted(tmp_path, sample_settings, embed_model, mode):
+    from kb_retrieval.engine import KnowledgeLookup
+
+    settings = sample_settings.model_copy(
+        update={"trace_db_url": f"sqlite:///{tmp_path / 'traces.db'}", "trace_query": mode}
+    )
+    store = TraceStore.from_settings(settings)
+    lookup = KnowledgeLookup(settings, embed_model=embed_model, trace_store=store)
+    result = lookup.lookup(SECRET_ALERT)
+    assert result.found and result.trace_recorded
+    assert result.query_transform.original_query == SECRET_ALERT  # the answer itself is untouched
+    row = store.rows()[-1]
+    stored = json.dumps([row.query, row.retrieval_details], ensure_ascii=False)
+    for secret in ("db-secret-host-77", "hunter2", "340 seconds"):
+        assert secret not in stored
+    raw = (tmp_path / "traces.db").read_bytes() + b"".join(p.read_bytes() for p in tmp_path.glob("traces.db-*"))
+    assert b"db-secret-host-77" not in raw  # nor anywhere in the database files
+    if mode == "hash":
+        digest = "sha256:" + hashlib.sha256(SECRET_ALERT.encode()).hexdigest()
+        assert row.query == digest == row.retrieval_details["query_transform"]["original_query"]
+    else:
+        assert row.query == f"[redacted: {len(SECRET_ALERT)} characters]"
+    # the rest of the trace is kept
+    assert row.retrieval_details["evidence_blocks"][0]["source"] == result.evidence_blocks[0].source
+    store.close()
+
+
+def test_full_query_text_is_the_default(tmp_path, sample_lookup):
+    store = TraceStore.from_settings(Settings(state_dir=tmp_path))
+    assert store.query_mode == "full"
+    result = sample_lookup.lookup(SECRET_ALERT)
+    assert store.record(SECRET_ALERT, result) and store.rows()[-1].query == SECRET_ALERT
+
+
+def test_trace_query_setting_from_environment(monkeypatch):
+    monkeypatch.setenv("KB_TRACE_QUERY", "hash")
+    monkeypatch.setenv("KB_TRACE_TIMEOUT_S", "0.7")
+    store = TraceStore.from_settings(Settings())
+    assert (store.query_mode, store.timeout_s) == ("hash", 0.7)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
+def test_sqlite_trace_file_is_readable_by_its_owner_only(tmp_path, sample_lookup):
+    old_umask = os.umask(0o022)  # a usual umask, which would give 0644
+    try:
+        store = TraceStore(f"sqlite:///{tmp_path / 'state' / 'traces.db'}")
+        assert store.record(ALERT, sample_lookup.lookup(ALERT))
+    finally:
+        os.umask(old_umask)
+    files = sorted(p.name for p in (tmp_path / "state").iterdir())
+    assert "traces.db" in files and "traces.db-wal" in files
+    for name in files:
+        assert stat.S_IMODE((tmp_path / "state" / name).stat().st_mode) == 0o600, name
     store.close()

@@ -48,7 +48,14 @@ class SkippedEntry(BaseModel):
 
 
 class IngestSummary(BaseModel):
-    """What one ingest run did. ``--json`` prints exactly this."""
+    """What one ingest run did. ``--json`` prints exactly this.
+
+    Chunks are counted by what happened to their document: ``chunks_added`` are the chunks of new documents,
+    ``chunks_updated`` the new chunks of edited documents and ``chunks_replaced`` the old chunks those replaced
+    (deleted once the new ones were written), ``chunks_removed`` the chunks of documents no longer in their folder,
+    ``chunks_unchanged`` the chunks of unchanged documents. ``empty_kb_dirs`` lists the folders given that hold
+    no document at all.
+    """
 
     documents: int = 0
     documents_added: int = 0
@@ -57,11 +64,13 @@ class IngestSummary(BaseModel):
     documents_unchanged: int = 0
     chunks_added: int = 0
     chunks_updated: int = 0
+    chunks_replaced: int = 0
     chunks_removed: int = 0
     chunks_unchanged: int = 0
     chunks_embedded: int = 0
     skipped_files: int = 0
     skipped: list[SkippedEntry] = Field(default_factory=list)
+    empty_kb_dirs: list[str] = Field(default_factory=list)
     seconds: float = 0.0
     embed_seconds: float = 0.0
 
@@ -113,6 +122,7 @@ def ingest(
     summary = IngestSummary(
         skipped_files=len(skipped),
         skipped=[SkippedEntry(source=s.source_id, reason=s.reason) for s in skipped],
+        empty_kb_dirs=[str(given) for given, kb in zip(kb_dirs, kbs, strict=True) if not kb.documents],
     )
     model = embed_model
     to_write = [c for plan in plans for c in plan.missing]
@@ -140,10 +150,10 @@ def ingest(
     for plan in plans:
         setattr(summary, f"documents_{plan.kind}", getattr(summary, f"documents_{plan.kind}") + 1)
         setattr(summary, f"chunks_{plan.kind}", getattr(summary, f"chunks_{plan.kind}") + len(plan.chunks))
-        summary.chunks_removed += len(plan.stale_ids)
+        summary.chunks_replaced += len(plan.stale_ids)
     summary.documents = len(plans)
     summary.documents_removed = len(removed)
-    summary.chunks_removed += sum(len(ids) for ids in removed.values())
+    summary.chunks_removed = sum(len(ids) for ids in removed.values())
     summary.chunks_embedded = writer.embedded
     summary.embed_seconds = round(writer.embed_seconds, 3)
     summary.seconds = round(time.perf_counter() - started, 3)

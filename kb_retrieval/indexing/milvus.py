@@ -48,6 +48,29 @@ def client_options(settings: Settings) -> dict[str, Any]:
     return {} if settings.is_milvus_server() else {"grpc_options": dict(LITE_GRPC_OPTIONS)}
 
 
+class _UnimplementedRpcFilter(logging.Filter):
+    """Drops the gRPC server's traceback for an RPC Milvus Lite does not implement (nothing else)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(error, NotImplementedError) and "Method not implemented" in str(error))
+
+
+_UNIMPLEMENTED_RPC_FILTER = _UnimplementedRpcFilter()
+
+
+def quiet_lite_unimplemented_rpcs() -> None:
+    """Keep Milvus Lite's "Method not implemented!" tracebacks out of the user's terminal.
+
+    Milvus Lite serves gRPC from this process and lacks some RPCs (``AllocTimestamp``): pymilvus calls it while
+    creating an index (the first ingest) and in query iterators, falls back correctly, but grpc logs a traceback
+    at ERROR for each call. Only those records are dropped; other gRPC server errors still show.
+    """
+    logger = logging.getLogger("grpc._server")
+    if _UNIMPLEMENTED_RPC_FILTER not in logger.filters:
+        logger.addFilter(_UNIMPLEMENTED_RPC_FILTER)
+
+
 class MilvusUnavailableError(ConnectionError):
     """The Milvus URI cannot be reached."""
 
@@ -129,13 +152,15 @@ def connect(settings: Settings) -> MilvusClient:
     """A client for the configured URI: a Milvus Lite file (created on demand) or a reachable server."""
     uri = settings.resolved_milvus_uri()
     if settings.is_milvus_server():
-        _check_reachable(uri, settings.milvus_timeout_s)
+        _check_reachable(uri, settings.milvus_timeout_s, settings)
+        token = settings.milvus_token.get_secret_value()
         try:
-            options = _served_lite_options(uri, settings.milvus_token, settings.milvus_timeout_s)
-            return MilvusClient(uri=uri, token=settings.milvus_token, timeout=settings.milvus_timeout_s, **options)
-        except Exception as exc:
-            raise MilvusUnavailableError(f"cannot connect to Milvus at {uri}: {exc}") from exc
+            options = _served_lite_options(uri, token, settings.milvus_timeout_s)
+            return MilvusClient(uri=uri, token=token, timeout=settings.milvus_timeout_s, **options)
+        except Exception as exc:  # the message names the URI: its password and the token are masked
+            raise MilvusUnavailableError(settings.mask(f"cannot connect to Milvus at {uri}: {exc}")) from None
     Path(uri).parent.mkdir(parents=True, exist_ok=True)
+    quiet_lite_unimplemented_rpcs()
     return _open_lite(uri, settings)
 
 
@@ -185,8 +210,8 @@ def _open_lite(uri: str, settings: Settings) -> MilvusClient:
         raise MilvusUnavailableError(f"cannot open Milvus Lite data dir {data_dir}: {exc}") from exc
 
 
-def _check_reachable(uri: str, timeout_s: float) -> None:
-    """Fail within the timeout, with the URI in the message, when nothing listens at host:port."""
+def _check_reachable(uri: str, timeout_s: float, settings: Settings) -> None:
+    """Fail within the timeout, with the URI (password masked) in the message, when nothing listens at host:port."""
     parsed = urlparse(uri)
     host = parsed.hostname or "localhost"
     port = parsed.port or (443 if parsed.scheme == "https" else 19530)
@@ -194,7 +219,9 @@ def _check_reachable(uri: str, timeout_s: float) -> None:
         with socket.create_connection((host, port), timeout=min(timeout_s, 5.0)):
             pass
     except OSError as exc:
-        raise MilvusUnavailableError(f"Milvus server unreachable at {uri}: {exc.strerror or exc}") from exc
+        raise MilvusUnavailableError(
+            settings.mask(f"Milvus server unreachable at {uri}: {exc.strerror or exc}")
+        ) from exc
 
 
 def build_schema(settings: Settings) -> Any:
@@ -349,7 +376,7 @@ def iter_rows(
     # Milvus Lite has no AllocTimestamp RPC; the iterator falls back to a client-side timestamp, which is correct
     # for our reads but logs a warning and a server-side error each time. Keep those out of the user's terminal.
     logging.getLogger("pymilvus.orm.iterator").setLevel(logging.ERROR)
-    logging.getLogger("grpc._server").setLevel(logging.CRITICAL)
+    quiet_lite_unimplemented_rpcs()
     iterator = client.query_iterator(
         collection or settings.collection, batch_size=batch_size, filter="", output_fields=output_fields
     )
@@ -358,3 +385,13 @@ def iter_rows(
             yield from batch
     finally:
         iterator.close()
+
+
+def count_rows(client: MilvusClient, settings: Settings) -> int:
+    """The number of rows (chunks) the collection holds now.
+
+    A ``count(*)`` query at strong consistency: a server's ``get_collection_stats`` counts only flushed segments
+    (0 right after an ingest) and still counts deleted rows until compaction.
+    """
+    rows = client.query(settings.collection, filter="", output_fields=["count(*)"], consistency_level="Strong")
+    return int(rows[0]["count(*)"]) if rows else 0

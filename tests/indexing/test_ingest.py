@@ -85,10 +85,13 @@ def test_edit_replaces_old_chunks_and_delete_removes(tmp_path, settings, embed_m
     now = rows(settings)
     new_ids = {i for i, r in now.items() if r["source"] == "redis/memory.md"}
     assert new_ids and not (new_ids & old_ids)
-    assert edited.chunks_removed == len(old_ids)
+    # Issue 14 item 15: the edited document's old chunks are replaced, not removed; its new ones are updated.
+    assert (edited.chunks_updated, edited.chunks_replaced, edited.chunks_removed) == (len(new_ids), len(old_ids), 0)
+    lag_ids = {i for i, r in now.items() if r["source"] == "mysql/lag.md"}
     (kb / "mysql/lag.md").unlink()
     deleted = ingest([kb], settings, embed_model=embed_model)
     assert deleted.documents_removed == 1
+    assert (deleted.chunks_removed, deleted.chunks_replaced, deleted.chunks_updated) == (len(lag_ids), 0, 0)
     assert {r["source"] for r in rows(settings).values()} == {"redis/memory.md"}
     assert "mysql/lag.md" not in L0Index.load(settings.l0_index_path()).documents
 

@@ -3,7 +3,11 @@ is reported (logged and counted in ``TraceStore.failures``), never silently drop
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
+import socket
 import sqlite3
 import threading
 import time
@@ -14,7 +18,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from kb_retrieval.engine import KnowledgeLookup
-from kb_retrieval.traces import TraceStore
+from kb_retrieval.traces import WAIT_MARGIN_S, TraceStore
 from tests.reliability.conftest import KNOWN_QUERIES, check_result
 
 QUERY, SOURCE = next(iter(KNOWN_QUERIES.items()))
@@ -137,3 +141,118 @@ def test_store_shared_by_threads_loses_no_row(trace_url, sample_lookup) -> None:
         assert outcomes.count(True) == 320 and store.failures == 0, (url, store.last_error)
         assert store.count() == 320 and len({row.query for row in store.rows()}) == 40
         store.close()
+
+
+# --- a database that does not answer at all (issue 14 item 2) -----------------------------------------------------
+
+
+@contextmanager
+def silent_server() -> Iterator[int]:
+    """A port whose server accepts connections and never answers: what a hung database looks like to a client."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                accepted.append(listener.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join()
+        for conn in accepted:
+            conn.close()
+        listener.close()
+
+
+@pytest.mark.timeout(120)
+def test_hung_trace_database_holds_the_answer_only_briefly(tmp_path, sample_settings, embed_model, caplog):
+    """Settings.trace_timeout_s bounds the wait; libpq alone would wait out the URL's connect_timeout (20 s)."""
+    with silent_server() as port:
+        settings = sample_settings.model_copy(
+            update={
+                "trace_db_url": f"postgresql+psycopg://kb:hunter2@127.0.0.1:{port}/traces?connect_timeout=20",
+                "trace_timeout_s": 0.3,
+            }
+        )
+        store = TraceStore.from_settings(settings)
+        lookup = KnowledgeLookup(settings, embed_model=embed_model, trace_store=store)
+        for _ in range(6):  # more lookups than writer threads: the later rows wait in the queue, bounded too
+            started = time.monotonic()
+            result = lookup.lookup(QUERY)
+            waited = time.monotonic() - started
+            assert result.found and result.evidence_blocks[0].source == SOURCE
+            assert result.trace_recorded is False
+            assert waited < 0.3 + 5, f"a hung trace database held the lookup {waited:.1f} s"
+            assert result.stage_ms["trace_write"] < (0.3 + WAIT_MARGIN_S) * 1000 + 500
+        assert store.failures == 6 and "did not answer within 0.55 s" in (store.last_error or "")
+        assert "hunter2" not in caplog.text and "could not record lookup (6 failures so far)" in caplog.text
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(120)
+def test_row_given_up_on_a_stopped_database_never_lands(postgres_schema_url, sample_lookup):
+    """trace_recorded = false stays true: the database is frozen (SIGSTOP) mid-write, the lookup gives the row up,
+    and when the database runs again the write is rolled back, not committed behind the result's back."""
+    result = sample_lookup.lookup(QUERY)
+    store = TraceStore(postgres_schema_url, timeout_s=0.5)
+    assert store.record(QUERY, result) and store.count() == 1  # a pooled connection, its backend known
+    application = postgres_schema_url.rsplit("application_name=", 1)[1]
+    admin = create_engine(postgres_schema_url.split("?", 1)[0])
+    with admin.begin() as conn:
+        pids = conn.execute(
+            text("SELECT pid FROM pg_stat_activity WHERE application_name = :app AND pid <> pg_backend_pid()"),
+            {"app": application},
+        ).scalars()
+        backends = list(pids)
+    admin.dispose()
+    assert backends
+    try:
+        for pid in backends:
+            os.kill(pid, signal.SIGSTOP)
+    except (PermissionError, ProcessLookupError) as error:  # a server on another host or of another user
+        pytest.skip(f"cannot stop the PostgreSQL backend from here: {error}")
+    try:
+        started = time.monotonic()
+        recorded = store.record(f"{QUERY} (frozen)", result)
+        waited = time.monotonic() - started
+    finally:
+        for pid in backends:
+            os.kill(pid, signal.SIGCONT)
+    assert recorded is False and waited < 0.5 + 5
+    assert store.failures == 1 and "did not answer" in (store.last_error or "")
+    deadline = time.monotonic() + 10
+    while _busy(store) and time.monotonic() < deadline:  # the released write finishing (its rollback)
+        time.sleep(0.1)
+    assert store.record(f"{QUERY} (after)", result)  # the store works again
+    assert [row.query for row in store.rows()] == [QUERY, f"{QUERY} (after)"]  # the given-up row never landed
+    store.close()
+
+
+def _busy(store: TraceStore) -> bool:
+    """True while a writer still holds a connection (the released write finishing its rollback)."""
+    return store.engine.pool.checkedout() > 0
+
+
+# --- text a database cannot store (issue 14 item 6) ----------------------------------------------------------------
+
+
+def test_query_with_a_lone_surrogate_keeps_its_row(trace_url, sample_settings, embed_model):
+    store = TraceStore(trace_url)
+    lookup = KnowledgeLookup(sample_settings, embed_model=embed_model, trace_store=store)
+    query = "RedisMemoryHigh \ud800 on cache-01 \udfff memory above maxmemory \ud83d\ude00"
+    result = lookup.lookup(query)
+    assert result.found and result.trace_recorded, store.last_error
+    row = store.rows()[-1]
+    stored = query.replace("\ud800", "\ufffd").replace("\udfff", "\ufffd").replace("\ud83d\ude00", "\ufffd\ufffd")
+    assert row.query == stored
+    assert row.retrieval_details["query_transform"]["original_query"] == stored
+    assert store.failures == 0

@@ -30,7 +30,7 @@ class VectorStoreUnavailableError(RuntimeError):
 def make_vector_store(settings: Settings) -> MilvusVectorStore:
     store = MilvusVectorStore(
         uri=settings.resolved_milvus_uri(),
-        token=settings.milvus_token,
+        token=settings.milvus_token.get_secret_value(),
         collection_name=settings.collection,
         dim=settings.dim,
         text_key=settings.content_field,
