@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 
 from kb_retrieval.config import Settings
 from kb_retrieval.engine import KnowledgeLookup
+from kb_retrieval.indexing.index_version import index_version
 from kb_retrieval.indexing.ingest import ingest
-from tests.conftest import SAMPLE_KB
+from kb_retrieval.indexing.l0_index import L0Index
+from kb_retrieval.indexing.milvus import connect, is_lite_engine, iter_rows
+from tests.conftest import REPO, SAMPLE_KB
 
 pytestmark = pytest.mark.server
 
@@ -46,3 +55,123 @@ def test_crafted_category_filter_on_server(server_settings, embed_model):
     for crafted in ['redis" or category != "', "mysql' || 1==1", 'x\\" or true or \\"']:
         assert lookup.retriever.search(embedding, crafted).candidates == []
     assert lookup.retriever.search(embedding, "mysql").candidates
+
+
+# --- Milvus state on a server: the index, the L0 index for every host, concurrent ingests, the index version -------
+
+#: Runs one ingest in its own process once told to: the model is loaded first, so two of them start their writes
+#: within milliseconds of each other.
+INGEST_ON_GO = (
+    "import sys, time\n"
+    "from pathlib import Path\n"
+    "from kb_retrieval.config import Settings\n"
+    "from kb_retrieval.indexing.embeddings import load_embed_model\n"
+    "from kb_retrieval.indexing.ingest import ingest\n"
+    "model = load_embed_model()\n"
+    "settings = Settings(state_dir=sys.argv[1], milvus_uri=sys.argv[2], collection=sys.argv[3])\n"
+    "print('ready', flush=True)\n"
+    "while not Path(sys.argv[4]).exists():\n"
+    "    time.sleep(0.01)\n"
+    "summary = ingest([sys.argv[5]], settings, embed_model=model)\n"
+    "print(summary.documents_added, flush=True)\n"
+)
+
+
+def _process_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def test_new_server_collection_gets_hnsw_and_session_consistency(server_settings):
+    client = connect(server_settings)
+    index = client.describe_index(server_settings.collection, server_settings.vector_field)
+    assert (index["index_type"], index["M"], index["efConstruction"]) == ("HNSW", "16", "200")
+    assert client.describe_collection(server_settings.collection)["consistency_level"] == 1  # Session
+    assert not is_lite_engine(client, server_settings)
+
+
+def test_index_type_and_params_are_configurable(milvus_server, tmp_path, embed_model):
+    settings = Settings(
+        state_dir=tmp_path / "state",
+        milvus_uri=milvus_server.uri,
+        collection="kb_server_ivf",
+        index_type="IVF_FLAT",
+        index_params={"nlist": 64},
+    )
+    ingest([SAMPLE_KB / "network"], settings, embed_model=embed_model)
+    index = connect(settings).describe_index(settings.collection, settings.vector_field)
+    assert (index["index_type"], index["nlist"]) == ("IVF_FLAT", "64")
+    lookup = KnowledgeLookup(settings.model_copy(update={"vector_store_mode": "sdk"}), embed_model=embed_model)
+    assert lookup.lookup("conntrack table full, dropping packets").evidence_blocks[0].source == (
+        "conntrack-table-full.md"
+    )
+
+
+def test_a_host_that_never_ingested_reads_the_same_l0_index(server_settings, tmp_path):
+    host_b = Settings(
+        state_dir=tmp_path / "empty-state", milvus_uri=server_settings.milvus_uri, collection=server_settings.collection
+    )
+    l0_b = L0Index.load_from_milvus(connect(host_b), host_b)
+    l0_a = L0Index.load(server_settings.l0_index_path())  # the copy the ingesting host wrote
+    assert l0_b.enabled and l0_b.documents == l0_a.documents and l0_b.content_hash == l0_a.content_hash
+    assert {"redis", "mysql"} <= {e.category for e in l0_b.documents.values()}
+    assert not host_b.l0_index_path().exists()
+
+
+@pytest.mark.timeout(600)
+def test_two_ingests_at_once_keep_both_l0_entries(milvus_server, tmp_path, embed_model):
+    """Issue 14 item 8: two processes ingest two folders into one collection (one state dir) at the same moment."""
+    settings = Settings(state_dir=tmp_path / "state", milvus_uri=milvus_server.uri, collection="kb_server_concurrent")
+    ingest([SAMPLE_KB / "jvm"], settings, embed_model=embed_model)  # the collection exists; its first version
+    first = index_version(connect(settings), settings)
+    go = tmp_path / "go"
+    args = [str(settings.state_dir), milvus_server.uri, settings.collection, str(go)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", INGEST_ON_GO, *args, str(SAMPLE_KB / folder)],
+            cwd=REPO,
+            env=_process_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for folder in ("kubernetes", "linux")
+    ]
+    for proc in procs:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    go.touch()
+    outputs = [proc.communicate(timeout=300) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], [err[-2000:] for _, err in outputs]
+    assert [out.strip() for out, _ in outputs] == ["7", "7"]
+    client = connect(settings)
+    l0 = L0Index.load_from_milvus(client, settings)
+    expected = {p.name for folder in ("jvm", "kubernetes", "linux") for p in (SAMPLE_KB / folder).glob("*.md")}
+    assert set(l0.documents) == expected
+    chunk_sources = {row[settings.source_field] for row in iter_rows(client, settings, [settings.source_field])}
+    assert chunk_sources == expected
+    assert index_version(client, settings) not in ("", first)
+
+
+@pytest.mark.timeout(600)
+def test_index_version_shows_another_process_ingest(milvus_server, tmp_path, embed_model):
+    settings = Settings(state_dir=tmp_path / "reader", milvus_uri=milvus_server.uri, collection="kb_server_version")
+    ingest([SAMPLE_KB / "jvm"], settings, embed_model=embed_model)
+    reader = connect(settings)
+    before = index_version(reader, settings)
+    assert before
+
+    def other_process_ingests(*folders: str) -> None:
+        command = [str(Path(sys.executable).parent / "kb-retrieval"), "ingest", *folders, "--json"]
+        command += ["--uri", milvus_server.uri, "--collection", settings.collection]
+        command += ["--state-dir", str(tmp_path / "writer")]
+        run = subprocess.run(command, env=_process_env(), capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+
+    other_process_ingests(str(SAMPLE_KB / "jvm"), str(SAMPLE_KB / "network"))
+    deadline = time.monotonic() + 10
+    while index_version(reader, settings) == before and time.monotonic() < deadline:
+        time.sleep(0.1)
+    after = index_version(reader, settings)
+    assert after != before
+    other_process_ingests(str(SAMPLE_KB / "jvm"), str(SAMPLE_KB / "network"))  # nothing to write
+    time.sleep(1)  # well past the server's time tick
+    assert index_version(reader, settings) == after
