@@ -1,7 +1,12 @@
-"""``kb-retrieval``: ingest, stats, lookup, fixtures record, eval, demo.
+"""``kb-retrieval``: ingest, stats, lookup, fixtures record, eval, compare, bench, demo.
 
 Every command honours ``--state-dir`` / ``KB_STATE_DIR``; flags override ``KB_*`` environment settings.
 Heavy modules load only in the commands that need them, so ``kb-retrieval eval`` stays service-free.
+
+Exit status: 0 done; 1 nothing to do or a check failed (an ingest that found no document, ``eval --fail-under``);
+2 a user error (bad argument, input or setting, unreachable Milvus), printed as one line with secrets masked and
+never a traceback; 130 interrupted; 141 the reader of the output went away (``| head``), like a command ended by
+SIGPIPE.
 """
 
 from __future__ import annotations
@@ -9,12 +14,23 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import import_module, metadata
 from pathlib import Path
 from typing import Any
 
-from kb_retrieval.config import Settings
+from kb_retrieval.cli_args import (
+    CliError,
+    add_location_arguments,
+    add_lookup_arguments,
+    describe_settings_error,
+    mask_message,
+    require_extra,
+    settings_from_args,
+)
 
 SAMPLE_KB = Path(__file__).parent / "sample_kb"
 DEMO_QUESTIONS = (
@@ -24,35 +40,11 @@ DEMO_QUESTIONS = (
     "pods keep restarting with CrashLoopBackOff after a deploy",
     "How do I tune Kafka consumer group rebalancing?",
 )
-
-
-class CliError(Exception):
-    """A user-facing error: printed as one line, exit status 2."""
-
-
-def _settings(args: argparse.Namespace) -> Settings:
-    overrides: dict[str, Any] = {}
-    for flag, key in (
-        ("state_dir", "state_dir"),
-        ("uri", "milvus_uri"),
-        ("collection", "collection"),
-        ("mode", "vector_store_mode"),
-    ):
-        value = getattr(args, flag, None)
-        if value is not None:
-            overrides[key] = value
-    return Settings(**overrides)
-
-
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--state-dir", help="state directory (KB_STATE_DIR; default ./.kb-state)")
-    parser.add_argument("--uri", help="Milvus URI: a local path (Milvus Lite) or http://host:port (KB_MILVUS_URI)")
-    parser.add_argument("--collection", help="Milvus collection name (KB_COLLECTION)")
-
-
-def _lookup_flags(parser: argparse.ArgumentParser) -> None:
-    _common(parser)
-    parser.add_argument("--mode", choices=["auto", "vectorstore", "sdk", "spring-ai"], help="vector-store path")
+#: Modules of the ``bench`` extra that ``kb-retrieval bench`` needs (the runtime install lacks them).
+BENCH_MODULES = ("matplotlib", "llama_index.retrievers.bm25")
+STDIN = "-"
+#: The ``compare`` command lives with the sidecar; loaded by name, so the core never imports the sidecar package.
+COMPARE_MODULE = "sidecar.compare"
 
 
 # --- commands --------------------------------------------------------------------------------------------
@@ -61,40 +53,46 @@ def _lookup_flags(parser: argparse.ArgumentParser) -> None:
 def cmd_ingest(args: argparse.Namespace) -> int:
     from kb_retrieval.indexing.ingest import ingest
 
-    summary = ingest(args.kb_dirs, _settings(args), progress=not args.json and sys.stderr.isatty())
+    summary = ingest(args.kb_dirs, settings_from_args(args), progress=not args.json and sys.stderr.isatty())
+    for folder in summary.empty_kb_dirs:
+        print(f"warning: no Markdown document found in {folder}", file=sys.stderr)
     if args.json:
         print(summary.model_dump_json())
-        return 0
-    print(
-        f"documents: {summary.documents} (added {summary.documents_added}, updated {summary.documents_updated}, "
-        f"removed {summary.documents_removed}, unchanged {summary.documents_unchanged})\n"
-        f"chunks: added {summary.chunks_added}, updated {summary.chunks_updated}, removed {summary.chunks_removed}, "
-        f"unchanged {summary.chunks_unchanged} (embedded {summary.chunks_embedded})\n"
-        f"skipped files: {summary.skipped_files}\n"
-        f"seconds: {summary.seconds}"
-    )
-    for entry in summary.skipped:
-        print(f"  skipped {entry.source}: {entry.reason}")
+    else:
+        print(
+            f"documents: {summary.documents} (added {summary.documents_added}, updated {summary.documents_updated}, "
+            f"removed {summary.documents_removed}, unchanged {summary.documents_unchanged})\n"
+            f"chunks: added {summary.chunks_added}, updated {summary.chunks_updated} "
+            f"(replacing {summary.chunks_replaced}), removed {summary.chunks_removed}, "
+            f"unchanged {summary.chunks_unchanged} (embedded {summary.chunks_embedded})\n"
+            f"skipped files: {summary.skipped_files}\n"
+            f"seconds: {summary.seconds}"
+        )
+        for entry in summary.skipped:
+            print(f"  skipped {entry.source}: {entry.reason}")
+    if summary.documents == 0:  # a wrong folder, or one holding no .md files: say so, and fail scripts
+        print("error: no document ingested (0 Markdown documents in the folders given)", file=sys.stderr)
+        return 1
     return 0
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
     from kb_retrieval.indexing.l0_index import L0Index
-    from kb_retrieval.indexing.milvus import connect, ensure_collection
+    from kb_retrieval.indexing.milvus import connect, count_rows, ensure_collection
 
-    settings = _settings(args)
+    settings = settings_from_args(args)
     client = connect(settings)
     ensure_collection(client, settings, create=False)
-    rows = int(client.get_collection_stats(settings.collection).get("row_count", 0))
     l0 = L0Index.load(settings.l0_index_path())
     categories: dict[str, int] = {}
     for entry in l0.documents.values():
         key = entry.category or "(none)"
         categories[key] = categories.get(key, 0) + 1
-    stats = {
+    stats: dict[str, Any] = {
         "collection": settings.collection,
         "milvus": "server" if settings.is_milvus_server() else "lite",
-        "chunks": rows,
+        "uri": settings.mask(settings.resolved_milvus_uri()),
+        "chunks": count_rows(client, settings),
         "documents": len(l0.documents),
         "knowledge_bases": len({e.kb for e in l0.documents.values()}),
         "categories": dict(sorted(categories.items())),
@@ -103,65 +101,126 @@ def cmd_stats(args: argparse.Namespace) -> int:
     }
     if args.json:
         print(json.dumps(stats, sort_keys=True))
-    else:
-        for key, value in stats.items():
-            print(f"{key}: {value}")
+        return 0
+    kind = "Milvus server" if stats["milvus"] == "server" else "Milvus Lite"
+    rows = [
+        ("collection", f"{stats['collection']} ({kind}, {stats['uri']})"),
+        ("chunks", str(stats["chunks"])),
+        ("documents", f"{stats['documents']} from {stats['knowledge_bases']} knowledge-base folder(s)"),
+        ("categories", ", ".join(f"{name} {count}" for name, count in stats["categories"].items()) or "(none)"),
+        ("vectors", f"{stats['dim']} dimensions, {stats['metric']}"),
+    ]
+    width = max(len(label) for label, _ in rows)
+    for label, value in rows:
+        print(f"{label:<{width}}  {value}")
     return 0
+
+
+@dataclass(frozen=True)
+class QueryCase:
+    """One query to look up, and where it came from (its case id, else file:line)."""
+
+    case_id: str
+    query: str
 
 
 def cmd_lookup(args: argparse.Namespace) -> int:
-    from kb_retrieval.engine import KnowledgeLookup, agent_text
-
+    if args.query is not None and args.queries is not None:
+        raise CliError("give a QUERY or --queries FILE.jsonl, not both")
     if args.query is None and args.queries is None:
-        raise CliError("give a QUERY or --queries FILE.jsonl")
-    queries = [args.query] if args.queries is None else _read_queries(Path(args.queries))
-    lookup = KnowledgeLookup(_settings(args))
-    for query in queries:
-        result = lookup.lookup(query)
-        if args.json or args.queries is not None:
-            print(json.dumps(result.to_json_dict(), ensure_ascii=False))
-        else:
-            print(agent_text(result))
+        raise CliError("give a QUERY (or - to read it from stdin) or --queries FILE.jsonl")
+    settings = settings_from_args(args)
+    # Every query is checked before anything is looked up or printed.
+    if args.queries is not None:
+        cases = read_queries(args.queries, settings.max_query_chars)
+    else:
+        query = sys.stdin.read() if args.query == STDIN else args.query
+        _check_query(query, "stdin" if args.query == STDIN else "QUERY", settings.max_query_chars)
+        cases = [QueryCase("", query)]
+
+    from kb_retrieval.engine import KnowledgeLookup, agent_text
+    from kb_retrieval.traces import TraceStore
+
+    lookup = KnowledgeLookup(settings, trace_store=TraceStore.from_settings(settings))
+    try:
+        for case in cases:
+            result = lookup.lookup(case.query)
+            if args.queries is not None:
+                print(json.dumps({"caseId": case.case_id, **result.to_json_dict()}, ensure_ascii=False), flush=True)
+            elif args.json:
+                print(json.dumps(result.to_json_dict(), ensure_ascii=False))
+            else:
+                print(agent_text(result))
+    finally:
+        lookup.close()
     return 0
 
 
-def _read_queries(path: Path) -> list[str]:
-    if not path.is_file():
-        raise CliError(f"queries file not found: {path}")
-    queries = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+def read_queries(source: str, max_query_chars: int = 4000) -> list[QueryCase]:
+    """The cases of a JSON Lines file (``-``: stdin), each with a non-empty ``query``; any bad line is an error
+    naming ``file:line``. Blank lines are skipped. The case id is the line's ``case_id``, else ``file:line``."""
+    if source == STDIN:
+        name, text = "stdin", sys.stdin.read()
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise CliError(f"queries file not found: {path}")
+        try:
+            name, text = source, path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CliError(f"{path}: cannot read it as UTF-8 text ({exc})") from None
+    cases = []
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
+        where = f"{name}:{number}"
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise CliError(f"{path}:{number}: not valid JSON ({exc.msg})") from exc
+            raise CliError(f"{where}: not valid JSON ({exc.msg})") from None
         if not isinstance(record, dict) or not isinstance(record.get("query"), str):
-            raise CliError(f"{path}:{number}: field 'query' missing or not a string")
-        queries.append(record["query"])
-    return queries
+            raise CliError(f"{where}: field 'query' missing or not a string")
+        _check_query(record["query"], where, max_query_chars)
+        case_id = record.get("case_id")
+        cases.append(QueryCase(case_id if isinstance(case_id, str) and case_id else where, record["query"]))
+    if not cases:
+        raise CliError(f"{name}: no query in it")
+    return cases
+
+
+def _check_query(query: str, where: str, max_query_chars: int) -> None:
+    """The lookup's own check (``transform_query``), run up front so a bad query fails before any output."""
+    from kb_retrieval.retrieval.query_transform import EmptyQueryError, transform_query
+
+    try:
+        transform_query(query, None, max_query_chars)
+    except EmptyQueryError as exc:
+        raise CliError(f"{where}: {exc}") from None
 
 
 def cmd_fixtures_record(args: argparse.Namespace) -> int:
     from kb_retrieval.evaluation.recorder import record_fixtures
 
-    count = record_fixtures(Path(args.golden), Path(args.out), _settings(args))
+    count = record_fixtures(Path(args.golden), Path(args.out), settings_from_args(args))
     print(f"recorded {count} fixtures in {args.out}")
     return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from sqlalchemy.exc import SQLAlchemyError
+
     from kb_retrieval.engine import KnowledgeLookup
     from kb_retrieval.indexing.ingest import ingest
+    from kb_retrieval.traces import TraceStore
 
-    settings = _settings(args)
-    print(f"== ingesting the sample knowledge base into Milvus Lite ({settings.resolved_milvus_uri()})")
+    settings = settings_from_args(args)
+    print(f"== ingesting the sample knowledge base into Milvus ({settings.mask(settings.resolved_milvus_uri())})")
     summary = ingest([SAMPLE_KB], settings, progress=sys.stderr.isatty())
     print(
         f"   {summary.documents} documents, {summary.chunks_added + summary.chunks_updated + summary.chunks_unchanged} "
         f"chunks ({summary.chunks_embedded} embedded this run) in {summary.seconds}s"
     )
-    lookup = KnowledgeLookup(settings)
+    lookup = KnowledgeLookup(settings, trace_store=TraceStore.from_settings(settings))
     for question in args.questions or DEMO_QUESTIONS:
         result = lookup.lookup(question)
         print(f"\n== lookup_knowledge: {question}")
@@ -176,26 +235,30 @@ def cmd_demo(args: argparse.Namespace) -> int:
         for i, block in enumerate(result.evidence_blocks[:3], start=1):
             print(f"   [{i}] {block.source}  ({block.breadcrumb})  score={block.score:.3f}")
             print(f"       hit reasons: {', '.join(block.hit_reasons)}")
-    print(f"\n{lookup.traces.count()} tool_invocation rows in {settings.resolved_trace_db_url()}")
+    where = settings.mask(settings.resolved_trace_db_url())
+    try:
+        print(f"\n{lookup.traces.count()} tool_invocation rows in {where}")
+    except SQLAlchemyError as exc:  # the lookups answered regardless; their lost rows were logged
+        print(f"\ntrace store {where} unavailable ({type(exc).__name__}): {lookup.traces.failures} rows not recorded")
+    lookup.close()
     return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    require_extra("bench", BENCH_MODULES, "bench")
     from kb_retrieval.bench.run import run_bench
 
     shared = Path(args.shared)
     if not (shared / "golden").is_dir() or not (shared / "corpora").is_dir():
         raise CliError(f"shared corpora and golden sets not found under {shared} (--shared)")
-    parts = {"quality", "speed"} if args.only is None else {args.only}
+    parts = {"quality", "speed", "scale"} if args.only is None else {args.only}
     readme = Path("README.md") if Path("README.md").is_file() else None
     run_bench(shared, Path(args.out), Path(args.state_dir or ".kb-state/bench"), parts=parts, readme=readme)
     return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from sidecar.compare import run_compare_command
-
-    return run_compare_command(args)
+    return int(import_module(COMPARE_MODULE).run_compare_command(args))
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -210,33 +273,41 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; ``command`` (the subcommand about to run) lets rarely used ones load their options lazily."""
     parser = argparse.ArgumentParser(prog="kb-retrieval", description=__doc__.split("\n")[0])
+    parser.add_argument("-V", "--version", action="version", version=f"%(prog)s {_version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("ingest", help="index Markdown knowledge-base folders into Milvus (incremental)")
-    p.add_argument("kb_dirs", nargs="+", metavar="KB_DIR")
-    _common(p)
+    p.add_argument("kb_dirs", nargs="+", metavar="KB_DIR", help="a folder of Markdown files (.md); several allowed")
+    add_location_arguments(p)
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.set_defaults(func=cmd_ingest)
 
     p = sub.add_parser("stats", help="what the collection and the L0 index hold")
-    _common(p)
-    p.add_argument("--json", action="store_true")
+    add_location_arguments(p)
+    p.add_argument("--json", action="store_true", help="print the figures as one JSON object (for scripts)")
     p.set_defaults(func=cmd_stats)
 
     p = sub.add_parser("lookup", help="run lookup_knowledge for a query (or a JSONL file of queries)")
-    p.add_argument("query", nargs="?", metavar="QUERY")
-    p.add_argument("--queries", metavar="FILE.jsonl", help="one JSON object with a 'query' field per line")
-    p.add_argument("--json", action="store_true", help="print the full result as JSON")
-    _lookup_flags(p)
+    p.add_argument(
+        "query", nargs="?", metavar="QUERY", help="a question or an alert text; - reads it from stdin (whole)"
+    )
+    p.add_argument(
+        "--queries",
+        metavar="FILE.jsonl",
+        help="one JSON object with a 'query' field per line (- for stdin); prints one JSON result per line with its "
+        "caseId (the line's case_id, else FILE:LINE); every line is checked before the first lookup",
+    )
+    p.add_argument("--json", action="store_true", help="print the full result as JSON instead of the agent's text")
+    add_lookup_arguments(p)
     p.set_defaults(func=cmd_lookup)
 
     p = sub.add_parser("fixtures", help="fixtures for the offline evaluator")
-    fsub = p.add_subparsers(dest="fixtures_command", required=True)
+    fsub = p.add_subparsers(dest="fixtures_command", required=True, metavar="SUBCOMMAND")
     r = fsub.add_parser("record", help="run the live pipeline once per golden case and write one fixture each")
-    r.add_argument("--golden", required=True, metavar="FILE.jsonl")
-    r.add_argument("--out", required=True, metavar="DIR")
-    _lookup_flags(r)
+    r.add_argument("--golden", required=True, metavar="FILE.jsonl", help="golden cases, JSON Lines")
+    r.add_argument("--out", required=True, metavar="DIR", help="folder the fixtures are written to")
+    add_lookup_arguments(r)
     r.set_defaults(func=cmd_fixtures_record)
 
     p = sub.add_parser("eval", help="offline evaluation of golden cases against recorded fixtures (no services)")
@@ -247,49 +318,84 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     p = sub.add_parser("compare", help="the current path against the stock sidecar retriever, per golden case")
     if command == "compare":  # only then is the sidecar imported: `eval` and `lookup` never load it
-        from sidecar.compare import add_compare_arguments
-
-        add_compare_arguments(p)
-        _lookup_flags(p)
+        import_module(COMPARE_MODULE).add_compare_arguments(p)
+        add_lookup_arguments(p)
     p.set_defaults(func=cmd_compare)
 
-    p = sub.add_parser("bench", help="quality against the stock retrievers on ../shared, and speed (dev extra)")
+    p = sub.add_parser("bench", help="quality against the stock retrievers on ../shared, and speed ('bench' extra)")
     p.add_argument("--shared", default="../shared", help="folder holding corpora/ and golden/ (default ../shared)")
     p.add_argument("--out", default="reports/bench", help="report folder (default reports/bench)")
     p.add_argument("--state-dir", help="where the benchmark indexes live (default .kb-state/bench)")
-    p.add_argument("--only", choices=["quality", "speed"], help="run one part")
+    p.add_argument(
+        "--only",
+        choices=["quality", "speed", "scale"],
+        help="run one part and keep the others' figures (scale: lookup latency at 1k-100k chunks on Milvus Lite "
+        "and on a Milvus server, KB_BENCH_MILVUS_URI or one the bench starts)",
+    )
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("demo", help="ingest the bundled sample KB into Milvus Lite and answer a few questions")
-    p.add_argument("questions", nargs="*", metavar="QUESTION")
-    _lookup_flags(p)
+    p.add_argument("questions", nargs="*", metavar="QUESTION", help="questions to ask (default: five samples)")
+    add_lookup_arguments(p)
     p.set_defaults(func=cmd_demo)
     return parser
+
+
+def _version() -> str:
+    try:
+        return metadata.version("kb-retrieval")
+    except metadata.PackageNotFoundError:  # run from a source tree without installing
+        from kb_retrieval import __version__
+
+        return __version__
+
+
+# --- running ---------------------------------------------------------------------------------------------
+
+
+class _MaskingFormatter(logging.Formatter):
+    """Log lines (tracebacks included) with URL passwords and known secrets masked."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return mask_message(super().format(record))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser(next((a for a in argv if not a.startswith("-")), None)).parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(_MaskingFormatter("%(levelname)s %(name)s: %(message)s"))
     try:
         return int(args.func(args))
     except CliError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return _user_error(str(exc))
+    except BrokenPipeError:
+        _discard_stdout()
+        return 141
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     except Exception as exc:
-        if _is_user_error(exc):
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        raise
+        message = _user_error_message(exc)
+        if message is None:
+            raise
+        return _user_error(message)
 
 
-def _is_user_error(exc: Exception) -> bool:
+def _user_error(message: str) -> int:
+    print(f"error: {mask_message(message)}", file=sys.stderr)
+    return 2
+
+
+def _user_error_message(exc: Exception) -> str | None:
+    """The one line to print for an error caused by input or environment, or None for a bug (a traceback)."""
     from pydantic import ValidationError
 
     from kb_retrieval.knowledge.loader import KnowledgeBaseError
 
+    if isinstance(exc, ValidationError) and exc.title in ("KBSettings", "Settings"):
+        return describe_settings_error(exc)
     names = {
         "MilvusUnavailableError",
         "MilvusLiteLockedError",
@@ -298,7 +404,18 @@ def _is_user_error(exc: Exception) -> bool:
         "GoldenCaseError",
         "FixtureError",
     }
-    return isinstance(exc, KnowledgeBaseError | ValidationError) or type(exc).__name__ in names
+    if isinstance(exc, KnowledgeBaseError | ValidationError) or type(exc).__name__ in names:
+        return str(exc)
+    return None
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null: the reader is gone, and the interpreter's final flush must not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real file descriptor (captured output): nothing left to flush to
+        pass
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from kb_retrieval.evaluation.runner import _positive_int, _report_name
+from kb_retrieval.cli_args import positive_int
+from kb_retrieval.evaluation.runner import _report_name
 
 #: Default output directory and cut-off (documents compared per path).
 DEFAULT_OUT_DIR = "reports/compare"
@@ -41,7 +42,7 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--k",
-        type=_positive_int,
+        type=positive_int,
         default=DEFAULT_K,
         metavar="K",
         help=f"documents compared per path (default: {DEFAULT_K})",
@@ -57,7 +58,7 @@ def run_compare_command(args: argparse.Namespace) -> int:
     Returns:
         0 when the report was written; 2 for bad inputs (missing or malformed golden file).
     """
-    from kb_retrieval.cli import _settings
+    from kb_retrieval.cli_args import settings_from_args
     from kb_retrieval.engine import KnowledgeLookup
     from kb_retrieval.evaluation.errors import EvaluationInputError
     from kb_retrieval.evaluation.golden import load_golden
@@ -70,7 +71,7 @@ def run_compare_command(args: argparse.Namespace) -> int:
     except (EvaluationInputError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    settings = _settings(args).model_copy(update={"sidecar_enabled": True})
+    settings = settings_from_args(args, sidecar_enabled=True)
     lookup = KnowledgeLookup(settings)
     try:
         report = run_comparison(golden, lookup, args.k)

@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import argparse
+import io
 import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
-from kb_retrieval.cli import main
-from tests.conftest import REPO
+from kb_retrieval.cli import build_parser, main
+from kb_retrieval.config import Settings
+from tests.conftest import REPO, SAMPLE_KB
 
 DOC = (
     "---\ntitle: Disk full\nkeywords: [NodeDiskFull]\ncategory: linux\n---\n"
@@ -61,6 +70,8 @@ def test_lookup_json_and_queries_file(kb, tmp_path, capsys, embed_model):
     code, out, _ = run(capsys, "lookup", "--queries", str(queries), "--state-dir", state)
     lines = [json.loads(line) for line in out.splitlines()]
     assert code == 0 and [r["queryTransform"]["originalQuery"] for r in lines] == ["NodeDiskFull", "delete old logs"]
+    # issue 14 item 10: every line says which case it answers: its case_id, else FILE:LINE
+    assert [r["caseId"] for r in lines] == [f"{queries}:1", "x"]
 
 
 def test_user_errors_exit_2_with_a_message(tmp_path, capsys):
@@ -71,7 +82,7 @@ def test_user_errors_exit_2_with_a_message(tmp_path, capsys):
     code, _, err = run(capsys, "lookup", "--queries", str(bad), "--state-dir", str(tmp_path / "s"))
     assert code == 2 and "bad.jsonl:2" in err
     code, _, err = run(capsys, "stats", "--uri", "http://127.0.0.1:9", "--state-dir", str(tmp_path / "s"))
-    assert code == 2 and "unreachable" in err
+    assert code == 2 and "unreachable" in err and "Traceback" not in err
 
 
 def test_golden_file_works_as_queries(sample_settings, capsys, tmp_path):
@@ -80,3 +91,269 @@ def test_golden_file_works_as_queries(sample_settings, capsys, tmp_path):
     subset.write_text("".join(golden.read_text().splitlines(keepends=True)[:3]))
     code, out, _ = run(capsys, "lookup", "--queries", str(subset), "--state-dir", str(sample_settings.state_dir))
     assert code == 0 and len(out.splitlines()) == 3
+
+
+# --- issue 14 item 10: what a new user runs into --------------------------------------------------------------------
+
+
+def test_stats_prints_readable_text_and_json_for_scripts(kb, tmp_path, capsys, embed_model):
+    state = str(tmp_path / "state")
+    run(capsys, "ingest", str(kb), "--state-dir", state)
+    code, out, _ = run(capsys, "stats", "--state-dir", state)
+    assert code == 0 and "{" not in out and "'" not in out  # not a Python dict
+    lines = dict(line.split(None, 1) for line in out.splitlines())
+    assert lines["chunks"] == "1" and lines["categories"] == "linux 1"
+    assert lines["documents"] == "1 from 1 knowledge-base folder(s)"
+    assert lines["collection"].startswith("kb_chunks (Milvus Lite, ")
+    assert lines["vectors"] == "384 dimensions, COSINE"
+    code, out, _ = run(capsys, "stats", "--state-dir", state, "--json")
+    stats = json.loads(out)
+    assert code == 0 and stats["chunks"] == 1 and stats["categories"] == {"linux": 1} and stats["milvus"] == "lite"
+
+
+def test_lowercase_metric_is_accepted_and_a_bad_setting_names_its_variable(kb, tmp_path, capsys, monkeypatch):
+    state = str(tmp_path / "state")
+    monkeypatch.setenv("KB_METRIC", "cosine")
+    assert Settings().metric == "COSINE"
+    monkeypatch.setenv("KB_METRIC", "cosinus")
+    code, out, err = run(capsys, "ingest", str(kb), "--state-dir", state)
+    assert code == 2 and out == ""
+    assert err.startswith("error: invalid setting KB_METRIC='COSINUS': Input should be 'COSINE', 'IP' or 'L2'")
+    assert "Traceback" not in err and "validation error" not in err
+    monkeypatch.delenv("KB_METRIC")
+    monkeypatch.setenv("KB_TOP_K", "0")
+    code, _, err = run(capsys, "lookup", "x", "--state-dir", state)
+    assert code == 2 and "invalid setting KB_TOP_K='0': Input should be greater than 0" in err
+
+
+def test_queries_file_is_checked_before_any_output(tmp_path, capsys):
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"query": "NodeDiskFull", "case_id": "a"}\n{"query": "  \\u200b ", "case_id": "b"}\n')
+    # no ingest needed: the file fails before the model loads or Milvus is opened
+    code, out, err = run(capsys, "lookup", "--queries", str(queries), "--state-dir", str(tmp_path / "s"))
+    assert code == 2 and out == ""
+    assert err.strip() == f"error: {queries}:2: query is empty: pass a question or an alert text"
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"", "no query in it"),
+        (b'{"query": "ok"}\n[1, 2]\n', "q.jsonl:2: field 'query' missing or not a string"),
+        (b'{"query": "ok"}\n{"query": \n', "q.jsonl:2: not valid JSON"),
+        (b"\xff\xfe\x00garbage", "cannot read it as UTF-8 text"),
+    ],
+)
+def test_malformed_queries_files_are_one_line_errors(tmp_path, capsys, content, message):
+    queries = tmp_path / "q.jsonl"
+    queries.write_bytes(content)
+    code, out, err = run(capsys, "lookup", "--queries", str(queries), "--state-dir", str(tmp_path / "s"))
+    assert code == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_query_and_queries_together_is_an_error(tmp_path, capsys):
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"query": "NodeDiskFull"}\n')
+    code, out, err = run(capsys, "lookup", "disk full", "--queries", str(queries), "--state-dir", str(tmp_path / "s"))
+    assert code == 2 and out == "" and "not both" in err
+    code, _, err = run(capsys, "lookup", "--state-dir", str(tmp_path / "s"))
+    assert code == 2 and "give a QUERY" in err
+
+
+def test_lookup_dash_reads_the_query_from_stdin(kb, tmp_path, capsys, monkeypatch, embed_model):
+    state = str(tmp_path / "state")
+    run(capsys, "ingest", str(kb), "--state-dir", state)
+    monkeypatch.setattr("sys.stdin", io.StringIO("NodeDiskFull: disk full on host-1\nhow do I free space?\n"))
+    code, out, _ = run(capsys, "lookup", "-", "--state-dir", state, "--json")
+    result = json.loads(out)
+    assert code == 0 and result["queryTransform"]["originalQuery"].startswith("NodeDiskFull: disk full on host-1")
+    assert result["evidenceBlocks"][0]["source"] == "linux/disk.md"
+    monkeypatch.setattr("sys.stdin", io.StringIO('{"query": "delete old logs", "case_id": "from-stdin"}\n'))
+    code, out, _ = run(capsys, "lookup", "--queries", "-", "--state-dir", state)
+    assert code == 0 and json.loads(out)["caseId"] == "from-stdin"
+    monkeypatch.setattr("sys.stdin", io.StringIO("   \n"))
+    code, out, err = run(capsys, "lookup", "-", "--state-dir", state)
+    assert code == 2 and out == "" and "stdin: query is empty" in err
+
+
+def test_output_to_a_closed_pipe_ends_quietly(kb, tmp_path, capsys, monkeypatch, embed_model):
+    state = str(tmp_path / "state")
+    run(capsys, "ingest", str(kb), "--state-dir", state)
+    queries = tmp_path / "q.jsonl"
+    queries.write_text('{"query": "NodeDiskFull"}\n{"query": "delete old logs"}\n')
+
+    class ClosedPipe(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr("sys.stdout", ClosedPipe())
+    code = main(["lookup", "--queries", str(queries), "--state-dir", state])
+    err = capsys.readouterr().err
+    assert code == 141 and "Traceback" not in err and "BrokenPipe" not in err
+
+
+def test_symlinked_folder_and_empty_ingest_are_reported(tmp_path, capsys, caplog, embed_model):
+    state = str(tmp_path / "state")
+    empty = tmp_path / "empty"
+    (empty / "notes").mkdir(parents=True)
+    (empty / "notes" / "readme.txt").write_text("not Markdown")
+    code, out, err = run(capsys, "ingest", str(empty), "--state-dir", state)
+    assert code == 1 and "documents: 0" in out
+    assert f"warning: no Markdown document found in {empty}" in err and "error: no document ingested" in err
+    code, out, err = run(capsys, "ingest", str(empty), "--state-dir", state, "--json")
+    assert code == 1 and json.loads(out)["empty_kb_dirs"] == [str(empty)]
+
+    kb = tmp_path / "kb"
+    (kb / "linux").mkdir(parents=True)
+    (kb / "linux" / "disk.md").write_text(DOC)
+    (kb / "alias").symlink_to(kb / "linux", target_is_directory=True)
+    code, out, err = run(capsys, "ingest", str(kb), "--state-dir", state)
+    assert code == 0 and "skipped alias/: refused: a symlinked folder is not followed" in out
+    assert "skipped alias/: refused" in caplog.text  # the warning as it happens, too
+
+
+def test_edited_document_reports_replaced_chunks(kb, tmp_path, capsys, embed_model):
+    """Issue 14 item 15: an edit replaces chunks; nothing was removed."""
+    state = str(tmp_path / "state")
+    first = json.loads(run(capsys, "ingest", str(kb), "--state-dir", state, "--json")[1])
+    (kb / "linux" / "disk.md").write_text(DOC.replace("Delete old logs", "Delete old logs and rotated journals"))
+    code, out, _ = run(capsys, "ingest", str(kb), "--state-dir", state, "--json")
+    edited = json.loads(out)
+    assert code == 0 and (edited["documents_updated"], edited["chunks_removed"]) == (1, 0)
+    assert edited["chunks_replaced"] == first["chunks_added"] and edited["chunks_updated"] >= 1
+    (kb / "linux" / "disk.md").write_text(DOC.replace("Disk full", "Disk nearly full"))
+    code, out, _ = run(capsys, "ingest", str(kb), "--state-dir", state)
+    assert code == 0 and f"updated 1 (replacing {edited['chunks_updated']}), removed 0" in out
+
+
+def _actions(parser: argparse.ArgumentParser, path: str = "kb-retrieval") -> list[tuple[str, argparse.Action]]:
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += _actions(sub, f"{path} {name}")
+        elif not isinstance(action, argparse._HelpAction):
+            found.append((path, action))
+    return found
+
+
+def test_every_option_and_positional_has_help():
+    actions = _actions(build_parser("compare"))
+    assert len(actions) > 40
+    missing = [f"{path} {a.option_strings or a.dest}" for path, a in actions if not a.help]
+    assert missing == []
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out.strip() == "kb-retrieval 0.1.0"
+
+
+def test_bench_without_its_extra_is_one_clear_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if not installed
+    code, out, err = run(capsys, "bench", "--shared", str(tmp_path))
+    assert code == 2 and out == ""
+    assert err.strip() == (
+        "error: `kb-retrieval bench` needs the 'bench' extra (matplotlib is not installed): "
+        "pip install 'kb-retrieval[bench]'"
+    )
+
+
+# --- issue 14 item 3: no secret on screen ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [["stats"], ["lookup", "disk full"], ["ingest", "KB"]])
+def test_password_in_the_milvus_uri_is_masked(kb, tmp_path, capsys, command):
+    argv = [str(kb) if a == "KB" else a for a in command]
+    code, out, err = run(capsys, *argv, "--uri", "http://root:PASSWORD1@127.0.0.1:1", "--state-dir", str(tmp_path))
+    assert code == 2 and "unreachable at http://root:***@127.0.0.1:1" in err
+    assert "PASSWORD1" not in out + err and "Traceback" not in err
+
+
+def test_token_is_a_secret_and_never_in_a_settings_error(kb, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("KB_MILVUS_TOKEN", "root:TOKEN-SECRET-1")
+    assert "TOKEN-SECRET-1" not in repr(Settings()) and Settings().milvus_token.get_secret_value().endswith("-1")
+    monkeypatch.setenv("KB_CHUNK_OVERLAP", "500")  # an error of the whole model: pydantic would show every input
+    code, out, err = run(capsys, "ingest", str(kb), "--state-dir", str(tmp_path))
+    assert code == 2 and "chunk_overlap (500) must be below chunk_tokens (220)" in err
+    assert "TOKEN-SECRET" not in out + err
+    with pytest.raises(ValidationError) as info:
+        Settings()
+    assert "TOKEN-SECRET" not in str(info.value)  # the library's own error, too
+
+
+def test_demo_masks_the_trace_database_password(sample_settings, tmp_path, capsys, caplog, monkeypatch):
+    """The trace database is unreachable here: its failures are logged and counted, the password never shown."""
+    monkeypatch.setenv("KB_TRACE_DB_URL", "postgresql+psycopg://kb:DB-PASSWORD-9@127.0.0.1:1/traces")
+    monkeypatch.setenv("KB_TRACE_TIMEOUT_S", "0.5")
+    code, out, err = run(
+        capsys, "demo", "disk full on a node", "--state-dir", str(sample_settings.state_dir), "--mode", "sdk"
+    )
+    assert code == 0 and "== lookup_knowledge: disk full on a node" in out
+    assert "trace store postgresql+psycopg://kb:***@127.0.0.1:1/traces unavailable (OperationalError)" in out
+    assert "DB-PASSWORD-9" not in out + err + caplog.text and "Traceback" not in err
+
+
+# --- the console script, as a user runs it (issue 14 items 9 and 10) --------------------------------------------
+
+
+@pytest.mark.timeout(300)
+def test_console_script_first_ingest_is_quiet_and_head_ends_it_cleanly(kb, tmp_path):
+    script = Path(sys.executable).parent / "kb-retrieval"
+    state = str(tmp_path / "state")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    ingest = subprocess.run(
+        [script, "ingest", str(kb), "--state-dir", state], capture_output=True, text=True, env=env, timeout=240
+    )
+    assert ingest.returncode == 0, ingest.stderr
+    assert "Traceback" not in ingest.stderr and "Method not implemented" not in ingest.stderr  # item 9
+
+    queries = tmp_path / "q.jsonl"
+    queries.write_text("".join(f'{{"query": "NodeDiskFull {i}"}}\n' for i in range(50)))
+    lookup = subprocess.Popen(
+        [script, "lookup", "--queries", str(queries), "--state-dir", state],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert lookup.stdout is not None and lookup.stderr is not None
+    first = lookup.stdout.readline()  # what `| head -1` reads before it exits
+    lookup.stdout.close()
+    err = lookup.stderr.read()
+    assert lookup.wait(timeout=240) == 141
+    assert json.loads(first)["caseId"] == f"{queries}:1"
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def test_log_lines_are_masked():
+    from kb_retrieval.cli import _MaskingFormatter
+
+    record = logging.LogRecord(
+        "x", logging.ERROR, __file__, 1, "cannot reach %s", ("http://root:PW-77@db:19530",), None
+    )
+    assert _MaskingFormatter("%(message)s").format(record) == "cannot reach http://root:***@db:19530"
+
+
+# --- issue 14 item 5: the chunk count on a Milvus server --------------------------------------------------------
+
+
+@pytest.mark.server
+def test_stats_on_a_server_counts_the_chunks_right_after_an_ingest(milvus_server, tmp_path, capsys, embed_model):
+    kb = tmp_path / "kb"
+    shutil.copytree(SAMPLE_KB / "redis", kb / "redis")
+    where = ["--uri", milvus_server.uri, "--collection", "kb_stats_test", "--state-dir", str(tmp_path / "state")]
+    code, out, _ = run(capsys, "ingest", str(kb), *where, "--json")
+    first = json.loads(out)
+    assert code == 0 and first["chunks_added"] > 20
+    stats = json.loads(run(capsys, "stats", *where, "--json")[1])
+    assert stats["chunks"] == first["chunks_added"]  # not 0: unflushed rows count too
+    edited = next(iter(sorted((kb / "redis").glob("*.md"))))
+    edited.write_text(edited.read_text(encoding="utf-8") + "\n## Extra\n\nOne more section.\n", encoding="utf-8")
+    code, out, _ = run(capsys, "ingest", str(kb), *where, "--json")
+    second = json.loads(out)
+    assert code == 0 and second["chunks_replaced"] > 0
+    stats = json.loads(run(capsys, "stats", *where, "--json")[1])
+    assert stats["chunks"] == second["chunks_updated"] + second["chunks_unchanged"]  # replaced rows not counted

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from kb_retrieval.cli import _lookup_flags
+from kb_retrieval.cli_args import add_lookup_arguments
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.evaluation.golden import GoldenCase, load_golden
 from kb_retrieval.models import Candidate, EvidenceStatus, ScoreLabel
@@ -175,7 +175,7 @@ def test_unavailable_sidecar_report_keeps_every_current_result(golden_subset, sa
 def _compare_args(golden: str, out: str, state_dir: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     add_compare_arguments(parser)
-    _lookup_flags(parser)  # the common flags the CLI adds to every lookup command
+    add_lookup_arguments(parser)  # the common flags the CLI adds to every lookup command
     return parser.parse_args(["--golden", golden, "--out", out, "--state-dir", state_dir, "--mode", "sdk"])
 
 
