@@ -18,11 +18,11 @@ import sys
 from pathlib import Path
 
 from kb_retrieval.cli_args import positive_int
-from kb_retrieval.evaluation.runner import _report_name
+from kb_retrieval.reporting import report_name_argument
+from sidecar.models import DEFAULT_K
 
-#: Default output directory and cut-off (documents compared per path).
+#: Default output directory.
 DEFAULT_OUT_DIR = "reports/compare"
-DEFAULT_K = 5
 
 
 def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,7 +37,7 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--name",
-        type=_report_name,
+        type=report_name_argument,
         help="report base name: writes NAME.json and NAME.md (default: the golden file's name without .jsonl)",
     )
     parser.add_argument(
@@ -77,9 +77,9 @@ def run_compare_command(args: argparse.Namespace) -> int:
         report = run_comparison(golden, lookup, args.k)
     finally:
         lookup.close()
-    json_path, markdown_path = write_compare_report(report, args.out, args.name or _default_name(golden))
+    files = write_compare_report(report, args.out, args.name or _default_name(golden))
     print(render_summary_text(report))
-    print(f"\nwrote {json_path.as_posix()} and {markdown_path.as_posix()}")
+    print(f"\n{files.summary()}")
     return 0
 
 

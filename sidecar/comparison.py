@@ -1,6 +1,7 @@
 """The current path and the sidecar compared on golden cases: per-case differences, agreement, hit levels.
 
-For every golden case one lookup runs with the sidecar beside it (:meth:`KnowledgeLookup.lookup_with_sidecar`).
+For every golden case one lookup runs with the sidecar beside it (:func:`lookup_beside`, the one call into the
+core's comparison API).
 A :class:`CaseComparison` holds both paths' top-K documents (one per source), marks where they differ (source,
 breadcrumb, category, score label at each rank; rank of every shared source), measures their agreement (overlap@K of
 sources, Kendall tau-b of the shared sources' ranks, same top-1) and classifies each path's hit level with the offline
@@ -21,7 +22,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -30,14 +31,14 @@ from kb_retrieval.evaluation.fixtures import Fixture, FixtureCandidate
 from kb_retrieval.evaluation.golden import GoldenCase, load_golden
 from kb_retrieval.evaluation.hit_levels import CaseResult, CaseStatus, classify_case
 from kb_retrieval.evaluation.metrics import MetricSet, compute_metrics
-from kb_retrieval.evaluation.runner import display_path
 from kb_retrieval.models import Candidate, LookupResult
+from kb_retrieval.reporting import display_path
 from sidecar.comparable import from_main_ranking, main_path_name
-from sidecar.compare import DEFAULT_K
-from sidecar.models import SIDECAR_PATH, ComparableResult, SidecarRun
+from sidecar.models import DEFAULT_K, SIDECAR_PATH, ComparableResult, SidecarRun, disabled_run
 
 if TYPE_CHECKING:
-    from kb_retrieval.engine import KnowledgeLookup
+    from kb_retrieval.beside import BesideRun
+    from kb_retrieval.engine import KnowledgeLookup, LookupDetails
 
 #: Decimal places of every float in the report.
 DECIMALS = 4
@@ -175,14 +176,50 @@ class CompareReport(BaseModel):
     cases: list[CaseComparison]
 
 
+# --- one lookup with the sidecar beside it -------------------------------------------------------------------
+
+
+def lookup_beside(lookup: KnowledgeLookup, query: str) -> LookupDetails:
+    """Run one lookup with the sidecar beside it: the only call the comparison makes into the core's lookup API.
+
+    ``result`` and ``ranking`` are exactly the lookup's own (the sidecar never changes them); ``beside`` is the
+    sidecar's run, or None when the lookup has no sidecar.
+    """
+    if not hasattr(lookup, "lookup_detailed"):  # a core before issue 11's lookup_detailed: delete once it landed
+        return _Detailed(*lookup.lookup_with_sidecar(query))  # type: ignore[attr-defined, return-value]
+    return lookup.lookup_detailed(query)
+
+
+class _Detailed(NamedTuple):
+    result: LookupResult
+    ranking: list[Candidate]
+    beside: BesideRun | None
+
+
+def sidecar_run(beside: BesideRun | None) -> SidecarRun:
+    """The sidecar's run from what ran beside a lookup: ``disabled`` when nothing did, ``unavailable`` when some
+    other comparison runner did (its run is not the sidecar's)."""
+    if beside is None:
+        return disabled_run()
+    if isinstance(beside, SidecarRun):
+        return beside
+    return SidecarRun(status="unavailable", reason=f"the lookup ran {type(beside).__name__}, not the sidecar")
+
+
 # --- one case ------------------------------------------------------------------------------------------------
 
 
 def compare_case(
     case: GoldenCase, result: LookupResult, ranking: Sequence[Candidate], run: SidecarRun, k: int = DEFAULT_K
 ) -> CaseComparison:
-    """Compare the two paths on one case (top ``k`` documents of each)."""
-    current_top = [_rounded(r) for r in from_main_ranking(ranking)[:k]]
+    """Compare the two paths on one case (top ``k`` documents of each).
+
+    Each current-path document says whether the agent received it (``in_evidence``: in the context pack).
+    """
+    received = set(result.context_pack.summary.included_sources) if result.found else set()
+    current_top = [
+        _rounded(r).model_copy(update={"in_evidence": r.source in received}) for r in from_main_ranking(ranking)[:k]
+    ]
     current_fixture = Fixture(
         case_id=case.case_id,
         query=case.query,
@@ -336,7 +373,7 @@ def kendall_tau(a: Sequence[int], b: Sequence[int]) -> float | None:
 
 
 def run_comparison(golden_path: str | Path, lookup: KnowledgeLookup, k: int = DEFAULT_K) -> CompareReport:
-    """Run every golden case through ``lookup.lookup_with_sidecar`` and compare the paths.
+    """Run every golden case through a lookup with the sidecar beside it (:func:`lookup_beside`); compare the paths.
 
     Args:
         golden_path: Golden JSON Lines file.
@@ -349,8 +386,8 @@ def run_comparison(golden_path: str | Path, lookup: KnowledgeLookup, k: int = DE
     cases = load_golden(golden_path)
     comparisons = []
     for case in cases:
-        result, ranking, run = lookup.lookup_with_sidecar(case.query)
-        comparisons.append(compare_case(case, result, ranking, run, k))
+        detail = lookup_beside(lookup, case.query)
+        comparisons.append(compare_case(case, detail.result, detail.ranking, sidecar_run(detail.beside), k))
     return build_report(cases, comparisons, display_path(golden_path), k, lookup.settings)
 
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kb_retrieval.traces import SIDECAR_DISABLED_REASON
+from kb_retrieval.beside import DISABLED_REASON
 
 #: ``disabled``: not enabled (``KB_SIDECAR_ENABLED``); ``ok``: answered in time; ``unavailable``: could not be
 #: initialised (or started); ``failed``: raised while retrieving; ``timeout``: no answer within ``sidecar_timeout_s``.
@@ -30,6 +30,8 @@ SIDECAR_PATH = "sidecar:vectorstore"
 PREVIEW_CHARS = 160
 #: How many of the sidecar's candidates the trace row keeps.
 TRACE_CANDIDATES = 5
+#: Documents compared per path by default (``kb-retrieval compare --k``).
+DEFAULT_K = 5
 
 
 class ComparableResult(BaseModel):
@@ -53,12 +55,18 @@ class ComparableResult(BaseModel):
     """Semantics of ``score``: ``cosine_similarity``, ``ip_similarity`` or ``l2_distance`` (lower is better)."""
     score: float
     """The raw Milvus score of the best chunk, in the semantics of ``score_label``; comparable only within a path."""
+    in_evidence: bool | None = None
+    """Whether the agent received this document (in the lookup's context pack). Set for the main path only: the
+    sidecar's results never reach the agent."""
     content: str = Field(default="", exclude=True, repr=False)
     """The best chunk's full text: for keyword checks (hit levels); never serialised (reports keep the preview)."""
 
 
 class SidecarRun(BaseModel):
-    """The outcome of one sidecar retrieval beside one lookup. Never part of the lookup's result."""
+    """The outcome of one sidecar retrieval beside one lookup. Never part of the lookup's result.
+
+    A :class:`kb_retrieval.beside.BesideRun`: the core records :meth:`trace_entry` in the trace row.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -94,6 +102,6 @@ class SidecarRun(BaseModel):
         }
 
 
-def disabled_run(reason: str = SIDECAR_DISABLED_REASON) -> SidecarRun:
+def disabled_run(reason: str = DISABLED_REASON) -> SidecarRun:
     """The run of a lookup whose sidecar is off."""
     return SidecarRun(status="disabled", reason=reason)

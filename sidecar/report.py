@@ -1,17 +1,31 @@
-"""The comparison report as JSON (for machines) beside Markdown (for people).
+"""The comparison report as JSON (for machines) beside Markdown (for people), with PNG charts beside both.
 
 Deterministic like the evaluation report: sorted JSON keys, no timestamps or timings, no absolute paths, floats
-rounded to 4 decimals, cases in golden-file order. Two runs over the same collection give byte-identical files.
+rounded to 4 decimals, cases in golden-file order, charts drawn by :mod:`kb_retrieval.reporting` (skipped with a note
+when matplotlib is not installed). Two runs over the same collection give byte-identical files.
 """
 
 from __future__ import annotations
 
-import json
 import shlex
+from collections import Counter
 from pathlib import Path
 
 from kb_retrieval.evaluation.metrics import score_names
-from kb_retrieval.evaluation.report import _code, _inline, _markdown_table, write_report_pair
+from kb_retrieval.evaluation.report import HIT_LEVEL_COLORS, NOT_IN_EVIDENCE, hit_level_series
+from kb_retrieval.reporting import (
+    BarChart,
+    ChartFiles,
+    ReportFiles,
+    code,
+    format_number,
+    inline,
+    json_text,
+    markdown_table,
+    text_table,
+    write_charts,
+    write_report_pair,
+)
 from sidecar.comparison import DECIMALS, CaseComparison, CompareReport
 from sidecar.models import ComparableResult
 
@@ -35,18 +49,70 @@ _DEFINITIONS = """\
   `not_run` for the sidecar; its current-path results stay in the report.
 - Sidecar status per case: `ok`, `unavailable` (could not be initialised, or disabled), `failed` (raised),
   `timeout` (no answer within `sidecar_timeout_s`).
+- *(not in evidence)* marks a current-path document the agent never received: ranked in the top {k}, but under
+  the evidence threshold or left out of the context pack by its token budget. The sidecar's documents never
+  reach the agent at all: it runs only for this comparison.
 """
 
 
 def report_to_json(report: CompareReport) -> str:
     """The JSON report text: sorted keys, indent 2, trailing newline."""
-    data = report.model_dump(mode="json")
-    return json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    return json_text(report.model_dump(mode="json"))
 
 
-def write_compare_report(report: CompareReport, out_dir: str | Path, name: str) -> tuple[Path, Path]:
-    """Write ``<out_dir>/<name>.json`` and ``<out_dir>/<name>.md``, creating ``out_dir``."""
-    return write_report_pair(out_dir, name, report_to_json(report), render_markdown(report, name))
+def write_compare_report(report: CompareReport, out_dir: str | Path, name: str) -> ReportFiles:
+    """Write ``<out_dir>/<name>.json``, ``<out_dir>/<name>.md`` and the charts beside them, creating ``out_dir``.
+
+    Raises:
+        ValueError: ``name`` is not a plain file name.
+    """
+    charts = write_charts(report_charts(report, name), out_dir)
+    json_path, markdown_path = write_report_pair(
+        out_dir, name, report_to_json(report), render_markdown(report, name, charts)
+    )
+    return ReportFiles(json_path, markdown_path, charts)
+
+
+def report_charts(report: CompareReport, name: str) -> list[BarChart]:
+    """The report's charts as data: hit levels per path, and (when the sidecar answered) rank shifts and overlap."""
+    s, k = report.summary, report.k
+    charts = [
+        BarChart(
+            file_name=f"{name}-hit-levels.png",
+            title=f"Hit levels per path ({s.case_count} cases, top {k} documents each)",
+            categories=["current", "sidecar"],
+            series=hit_level_series([s.current, s.sidecar]),
+            value_label="cases",
+            stacked=True,
+            colors=HIT_LEVEL_COLORS,
+        )
+    ]
+    compared = [case.agreement for case in report.cases if case.agreement is not None]
+    if not compared:
+        return charts
+    shifts = Counter(shared.sidecar_rank - shared.current_rank for a in compared for shared in a.shared)
+    shared_counts = Counter(len(a.shared) for a in compared)
+    return [
+        *charts,
+        BarChart(
+            file_name=f"{name}-rank-shifts.png",
+            title="Rank shifts of the documents both paths return",
+            categories=[f"{shift:+d}" if shift else "0" for shift in range(1 - k, k)],
+            series={"documents": [float(shifts[shift]) for shift in range(1 - k, k)]},
+            value_label="documents",
+            category_label="sidecar rank − current rank (below 0: the sidecar ranks it higher)",
+            horizontal=False,
+        ),
+        BarChart(
+            file_name=f"{name}-overlap.png",
+            title=f"Overlap: documents in both top-{k} lists ({len(compared)} compared cases)",
+            categories=[str(count) for count in range(k + 1)],
+            series={"cases": [float(shared_counts[count]) for count in range(k + 1)]},
+            value_label="cases",
+            category_label=f"shared documents in the top {k}",
+            horizontal=False,
+        ),
+    ]
 
 
 def summary_rows(report: CompareReport) -> list[list[str]]:
@@ -91,44 +157,39 @@ def hit_level_rows(report: CompareReport) -> tuple[list[str], list[list[str]]]:
 def render_summary_text(report: CompareReport) -> str:
     """The summary and hit levels as aligned plain text, for a terminal."""
     header, hits = hit_level_rows(report)
-    table = [["figure", "value", ""], *[[*row, ""] for row in summary_rows(report)], header, *hits]
-    widths = [max(len(line[column]) for line in table) for column in range(3)]
-    return "\n".join(
-        "  ".join(
-            cell.ljust(width) if column == 0 else cell.rjust(width)
-            for column, (cell, width) in enumerate(zip(line, widths, strict=True))
-        ).rstrip()
-        for line in table
-    )
+    return text_table([["figure", "value", ""], *[[*row, ""] for row in summary_rows(report)], header, *hits], None)
 
 
-def render_markdown(report: CompareReport, name: str) -> str:
-    """The Markdown report: summary, hit levels, the two paths, every case side by side, definitions."""
+def render_markdown(report: CompareReport, name: str, charts: ChartFiles | None = None) -> str:
+    """The Markdown report: summary, hit levels, charts (when given), the two paths, every case side by side,
+    definitions."""
     lines = [
-        f"# Sidecar comparison: {_inline(name)}",
+        f"# Sidecar comparison: {inline(name)}",
         "",
         f"{report.summary.case_count} golden cases from `{report.golden}`: the current `lookup_knowledge` path and "
         f"the sidecar (`{report.paths['sidecar'].name}`) over the same collection, top {report.k} documents each.",
         "",
         "## Summary",
         "",
-        *_markdown_table(["figure", "value"], summary_rows(report), right_align_from=1),
+        *markdown_table(["figure", "value"], summary_rows(report), right_align_from=1),
         "",
         "## Hit levels",
         "",
     ]
     header, rows = hit_level_rows(report)
-    lines += _markdown_table(header, rows, right_align_from=1)
+    lines += markdown_table(header, rows, right_align_from=1)
+    if charts is not None:
+        lines += ["", "## Charts", "", *charts.markdown()]
     lines += ["", "## Paths", ""]
-    lines += _markdown_table(
+    lines += markdown_table(
         ["", "path", "score label", "ranked by", "score semantics"],
         [
-            [key, _code(p.name), _code(p.score_label or "-"), _inline(p.ranked_by), _inline(p.score_semantics)]
+            [key, code(p.name), code(p.score_label or "-"), inline(p.ranked_by), inline(p.score_semantics)]
             for key, p in report.paths.items()
         ],
     )
     settings = ", ".join(f"{key}={value}" for key, value in sorted(report.settings.items()))
-    lines += ["", f"Settings: {_inline(settings)}.", "", "## Cases", ""]
+    lines += ["", f"Settings: {inline(settings)}.", "", "## Cases", ""]
     for index, case in enumerate(report.cases, start=1):
         lines += _case_markdown(index, case)
     lines += [
@@ -158,12 +219,12 @@ def _case_markdown(index: int, case: CaseComparison) -> list[str]:
     if case.agreement is not None:
         a = case.agreement
         head += f" · overlap {_number(a.overlap_at_k)} · tau {_number(a.kendall_tau)}"
-    lines = [f"### {index}. {_code(case.case_id)} ({_inline(case.scenario)})", "", f"{head}", ""]
-    lines += [f"Query: {_inline(case.query[:300])}", ""]
+    lines = [f"### {index}. {code(case.case_id)} ({inline(case.scenario)})", "", f"{head}", ""]
+    lines += [f"Query: {inline(case.query[:300])}", ""]
     if sidecar.status != "ok":
-        lines += [f"Sidecar {sidecar.status}: {_inline(sidecar.reason or '')}", ""]
+        lines += [f"Sidecar {sidecar.status}: {inline(sidecar.reason or '')}", ""]
     if current.status != "found":
-        lines += [f"Current path: {current.status} ({_inline(current.reason or '')})", ""]
+        lines += [f"Current path: {current.status} ({inline(current.reason or '')})", ""]
     marks = {row.rank: row.differs for row in case.rows}
     count = max(len(current.results), len(sidecar.results))
     table = [
@@ -176,13 +237,19 @@ def _case_markdown(index: int, case: CaseComparison) -> list[str]:
         for rank in range(1, count + 1)
     ]
     if table:
-        lines += _markdown_table(
-            ["rank", f"current {_code(current.path)}", f"sidecar {_code(sidecar.path)}", "differs"], table
+        lines += markdown_table(
+            [
+                "rank",
+                f"current {code(current.path)}",
+                f"sidecar {code(sidecar.path)} (never sent to the agent)",
+                "differs",
+            ],
+            table,
         )
         lines.append("")
     if case.agreement is not None and case.agreement.shared:
         moved = [
-            f"{_code(s.source)} {s.current_rank}→{s.sidecar_rank}"
+            f"{code(s.source)} {s.current_rank}→{s.sidecar_rank}"
             for s in case.agreement.shared
             if s.current_rank != s.sidecar_rank
         ]
@@ -191,7 +258,7 @@ def _case_markdown(index: int, case: CaseComparison) -> list[str]:
         f"sidecar: {c}" for c in sidecar.failed_checks if sidecar.status == "ok"
     ]
     if checks:
-        lines += [f"Failed checks: {'; '.join(_inline(c) for c in checks)}", ""]
+        lines += [f"Failed checks: {'; '.join(inline(c) for c in checks)}", ""]
     return lines
 
 
@@ -200,8 +267,9 @@ def _entry(result: ComparableResult | None) -> str:
         return "-"
     heading = result.breadcrumb or result.title
     label = f"{result.source} > {heading}" if heading else result.source
-    score = f"{_inline(result.score_label)} {result.score:.{DECIMALS}f}"
-    return f"{_code(label)}<br>{_inline(result.category or '-')} · {score}"
+    score = f"{inline(result.score_label)} {result.score:.{DECIMALS}f}"
+    entry = f"{code(label)}<br>{inline(result.category or '-')} · {score}"
+    return f"{entry}<br>{NOT_IN_EVIDENCE}" if result.in_evidence is False else entry
 
 
 def _hit(level: str, rank: int | None) -> str:
@@ -211,4 +279,4 @@ def _hit(level: str, rank: int | None) -> str:
 
 
 def _number(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.{DECIMALS}f}"
+    return format_number(value, DECIMALS)

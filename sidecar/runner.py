@@ -1,5 +1,10 @@
 """Runs the sidecar retriever beside a lookup, on its own thread, with a deadline; its outcome is a status.
 
+The core's protocol (:mod:`kb_retrieval.beside`) implemented: :class:`SidecarRunner` is a ``BesideRunner``, created
+by the core as ``load_runner("sidecar.runner:SidecarRunner", settings, embed_model)`` when ``sidecar_enabled`` is
+set; :class:`SidecarJob` is a ``BesideJob`` and :class:`~sidecar.models.SidecarRun` a ``BesideRun``. The core never
+imports this package otherwise.
+
 How waiting works (one rule): a job's deadline is ``sidecar_timeout_s`` after it starts, and it starts at the very
 beginning of ``KnowledgeLookup.lookup_ranked``. At the end of the lookup, :meth:`SidecarJob.collect` waits for
 whatever is left of that deadline and no longer. So the two paths overlap, and a lookup with the sidecar on takes
@@ -24,7 +29,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -35,6 +40,9 @@ from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.models import ScoreLabel
 from sidecar.comparable import from_sidecar_nodes
 from sidecar.models import SidecarRun, SidecarStatus
+
+if TYPE_CHECKING:
+    from kb_retrieval.beside import BesideJob, BesideRunner
 
 log = logging.getLogger(__name__)
 
@@ -189,3 +197,8 @@ class SidecarRunner:
 
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {' '.join(str(exc).split())[:500]}"
+
+
+if TYPE_CHECKING:  # mypy checks that the sidecar implements the core's protocol
+    _runner: type[BesideRunner] = SidecarRunner
+    _job: type[BesideJob] = SidecarJob

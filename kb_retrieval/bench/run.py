@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from kb_retrieval.bench.quality import SETTINGS, read_cases, run_setting
+from kb_retrieval.bench.report import SYSTEMS, write_bench_charts
 from kb_retrieval.bench.speed import ingest_throughput, latency_at_scale, warm_latency
 from kb_retrieval.config import Settings
 
-SYSTEMS = ("lookup_knowledge", "stock_dense", "stock_bm25", "stock_fusion")
 README_START = "<!-- bench:start -->"
 README_END = "<!-- bench:end -->"
 
@@ -155,6 +155,7 @@ def _fmt(value: float | None) -> str:
 def write_report(report: dict[str, Any], out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "bench.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    charts = write_bench_charts(report, out_dir)
     md = [
         "# Benchmarks",
         "",
@@ -165,6 +166,10 @@ def write_report(report: dict[str, Any], out_dir: Path) -> None:
         "## Summary",
         "",
         summary_markdown(report),
+        "",
+        "## Charts",
+        "",
+        *charts.markdown(),
         "",
         "## Quality in detail",
         "",
@@ -187,43 +192,6 @@ def write_report(report: dict[str, Any], out_dir: Path) -> None:
     if speed := report.get("speed"):
         md += ["## Speed", "", "```json", json.dumps(speed, indent=2, sort_keys=True), "```", ""]
     (out_dir / "bench.md").write_text("\n".join(md), encoding="utf-8")
-    _charts(report, out_dir)
-
-
-def _charts(report: dict[str, Any], out_dir: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    quality = report.get("quality") or {}
-    if quality:
-        labels = [
-            f"{setting}\n{name.replace('runbooks-alerts-', '')}" for setting, sets in quality.items() for name in sets
-        ]
-        fig, ax = plt.subplots(figsize=(max(8, len(labels) * 0.9), 4.5))
-        width = 0.2
-        for i, system in enumerate(SYSTEMS):
-            values = [sets[name][system]["hit@1"] or 0 for sets in quality.values() for name in sets]
-            ax.bar([x + i * width for x in range(len(labels))], values, width, label=system)
-        ax.set_xticks([x + 1.5 * width for x in range(len(labels))], labels, fontsize=7)
-        ax.set_ylabel("document hit@1")
-        ax.set_ylim(0, 1)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out_dir / "quality_hit1.png", dpi=110, metadata={"Software": None})
-        plt.close(fig)
-    if scale := (report.get("speed") or {}).get("scale"):
-        fig, ax = plt.subplots(figsize=(5, 3.5))
-        ax.plot([s["chunks"] for s in scale], [s["p50_ms"] for s in scale], marker="o", label="lookup p50")
-        ax.plot([s["chunks"] for s in scale], [s["search_p50_ms"] for s in scale], marker="s", label="search p50")
-        ax.set_xscale("log")
-        ax.set_xlabel("chunks in collection")
-        ax.set_ylabel("ms")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(out_dir / "latency_scale.png", dpi=110, metadata={"Software": None})
-        plt.close(fig)
 
 
 def update_readme(readme: Path, summary: str) -> None:

@@ -6,8 +6,8 @@ The pieces, in the order data flows:
 - :mod:`~kb_retrieval.evaluation.golden`: golden cases (JSON Lines) and their loader.
 - :mod:`~kb_retrieval.evaluation.fixtures`: the fixture contract the recorder writes and the evaluator reads.
 - :mod:`~kb_retrieval.evaluation.hit_levels`: per-case verdict (strong / medium / miss, no-answer, not run).
-- :mod:`~kb_retrieval.evaluation.metrics`: recall@K, MRR@10, nDCG@10 (ranx), overall and per scenario.
-- :mod:`~kb_retrieval.evaluation.report`: the JSON + Markdown report.
+- :mod:`~kb_retrieval.evaluation.metrics`: recall@K, MRR@10, nDCG@10, overall and per scenario.
+- :mod:`~kb_retrieval.evaluation.report`: the JSON + Markdown report and its charts.
 - :mod:`~kb_retrieval.evaluation.runner`: :func:`evaluate` and the ``eval`` command line.
 
 Example:

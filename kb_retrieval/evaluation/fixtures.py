@@ -65,8 +65,9 @@ class Fixture(BaseModel):
     """The recorded outcome of one golden case.
 
     ``result`` is the final lookup result as JSON (camelCase keys as the tool returns them). The evaluator
-    reads only ``found`` (bool, required), ``evidenceStatus`` (str, e.g. ``"ok"`` / ``"no_evidence"``) and
-    the ``content`` of each item of ``evidenceBlocks``; every other key is kept untouched.
+    reads only ``found`` (bool, required), ``evidenceStatus`` (str, e.g. ``"ok"`` / ``"no_evidence"``), the
+    ``content`` of each item of ``evidenceBlocks`` and the ``source`` of the blocks the agent received
+    (``contextPack.blocks``, else ``evidenceBlocks``); every other key is kept untouched.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -123,6 +124,25 @@ class Fixture(BaseModel):
     def evidence_contents(self) -> list[str]:
         """The ``content`` of each evidence block, in order."""
         return [block.get("content", "") for block in self.result.get("evidenceBlocks", [])]
+
+    @property
+    def received_sources(self) -> list[str] | None:
+        """The sources the agent received: those of the context pack's blocks (the text the tool hands over), or
+        of the evidence blocks when the result holds no context pack; none when ``found`` is false.
+
+        Candidates ranked below the evidence threshold, or left out of the pack by its token budget, are not
+        among them. None when the result does not name its blocks' sources (nothing can be said).
+        """
+        if not self.found:
+            return []
+        pack = self.result.get("contextPack")
+        blocks = pack.get("blocks") if isinstance(pack, dict) else None
+        if not isinstance(blocks, list):
+            blocks = self.result.get("evidenceBlocks", [])
+        sources = [block.get("source") for block in blocks if isinstance(block, dict)]
+        if not all(isinstance(source, str) for source in sources):
+            return None
+        return [source for source in sources if isinstance(source, str)]
 
 
 _PLAIN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")

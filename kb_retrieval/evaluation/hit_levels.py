@@ -50,6 +50,9 @@ class CaseResult(BaseModel):
     """1-based rank of the first retrieved relevant document; None when none was retrieved."""
     top_candidates: list[str] = []
     """The first retrieved candidates as ``source > breadcrumb``."""
+    not_in_evidence: list[str] = []
+    """The top candidates (same labels) the agent never received: ranked, but below the evidence threshold or
+    left out of the context pack (see :attr:`Fixture.received_sources`)."""
     failed_checks: list[str] = []
     """Why the case is not better than its status, e.g. ``keyword 'maxmemory' not found``."""
     ranking: list[str] = Field(default=[], exclude=True)
@@ -91,12 +94,15 @@ def classify_case(case: GoldenCase, fixture: Fixture | None) -> CaseResult:
 
     retrieved = retrieved_candidates(fixture)
     status, failed_checks, first_rank = _verdict(case, fixture, retrieved)
+    top = retrieved[:TOP_CANDIDATES]
+    received = fixture.received_sources
     return CaseResult(
         case_id=case.case_id,
         scenario=case.scenario,
         status=status,
         first_expected_rank=first_rank,
-        top_candidates=[candidate.label() for candidate in retrieved[:TOP_CANDIDATES]],
+        top_candidates=[candidate.label() for candidate in top],
+        not_in_evidence=[c.label() for c in top if received is not None and c.source not in received],
         failed_checks=failed_checks,
         ranking=[candidate.source for candidate in retrieved],
     )

@@ -9,15 +9,16 @@ Every rate is computed over the cases that were run; ``not_run`` cases are only 
 - ``no_answer_accuracy``: run no-answer cases.
 - ``fixture_coverage``: all golden cases.
 
-MRR and nDCG come from ``ranx`` with graded relevance (expected 2, acceptable 1) and each retrieved
-document scored ``1 / rank``, so ranx ranks exactly as the pipeline did. Floats are rounded to
-:data:`DECIMALS` places so reports are stable.
+MRR and nDCG use graded relevance (expected 2, acceptable 1) over the ranking as the pipeline returned it:
+:func:`reciprocal_rank` and :func:`ndcg` below, a few lines each, pinned against ``ranx`` by the tests (ranx is a
+development dependency only: it compiles with numba on first import, ~30 s, too slow for a command). Floats are
+rounded to :data:`DECIMALS` places so reports are stable.
 """
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Iterable, Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from statistics import fmean
 
 from pydantic import BaseModel, ConfigDict
@@ -27,12 +28,12 @@ from kb_retrieval.evaluation.hit_levels import CaseResult
 
 #: Default cut-offs for ``recall@K``.
 DEFAULT_KS: tuple[int, ...] = (1, 3, 5, 10)
-#: Cut-off of the ranx ranking metrics.
+#: Cut-off of the ranking metrics (MRR, nDCG).
 RANKING_CUTOFF = 10
 #: Decimal places kept in every reported float.
 DECIMALS = 4
 
-_RANX_METRICS = (f"mrr@{RANKING_CUTOFF}", f"ndcg@{RANKING_CUTOFF}")
+_RANKING_METRICS = (f"mrr@{RANKING_CUTOFF}", f"ndcg@{RANKING_CUTOFF}")
 
 
 class MetricSet(BaseModel):
@@ -68,7 +69,7 @@ def score_names(ks: Iterable[int]) -> list[str]:
     """
     return [
         *(f"recall@{k}" for k in ks),
-        *_RANX_METRICS,
+        *_RANKING_METRICS,
         "strong_rate",
         "no_answer_accuracy",
         "fixture_coverage",
@@ -111,37 +112,67 @@ def compute_metrics(
 
 
 def ranking_scores(cases: Sequence[GoldenCase], results: Sequence[CaseResult]) -> dict[str, dict[str, float]]:
-    """Per-case MRR@10 and nDCG@10 from ranx, for answerable run cases.
+    """Per-case MRR@10 and nDCG@10 of the answerable run cases (a case that retrieved nothing scores 0).
 
     Args:
-        cases: The golden cases (their relevance grades are the qrels).
-        results: The case results (their retrieved rankings are the run).
+        cases: The golden cases (their relevance grades).
+        results: The case results (their retrieved rankings).
 
     Returns:
         ``{case_id: {"mrr@10": ..., "ndcg@10": ...}}`` (unrounded).
     """
     relevance = {case.case_id: case.relevance() for case in cases}
-    answerable = [result for result in results if result.is_answerable_run]
-    if not answerable:
-        return {}
-    qrels = {result.case_id: relevance[result.case_id] for result in answerable}
-    run = {
-        result.case_id: {source: 1.0 / rank for rank, source in enumerate(result.ranking, start=1)}
-        for result in answerable
-        if result.ranking
+    return {
+        result.case_id: {
+            f"mrr@{RANKING_CUTOFF}": reciprocal_rank(result.ranking, relevance[result.case_id], RANKING_CUTOFF),
+            f"ndcg@{RANKING_CUTOFF}": ndcg(result.ranking, relevance[result.case_id], RANKING_CUTOFF),
+        }
+        for result in results
+        if result.is_answerable_run
     }
 
-    # ranx compiles its kernels with numba on first import (slow once, cached afterwards).
-    from ranx import Qrels, Run, evaluate
 
-    ranx_qrels = Qrels.from_dict(qrels)
-    ranx_run = Run.from_dict(run) if run else Run()
-    with warnings.catch_warnings():
-        # numba warns about an internal uint64 -> int64 cast while compiling; it is harmless here.
-        warnings.simplefilter("ignore")
-        # make_comparable gives the cases that retrieved nothing an empty ranking (score 0).
-        evaluate(ranx_qrels, ranx_run, list(_RANX_METRICS), make_comparable=True)
-    return {case_id: {metric: float(ranx_run.scores[metric][case_id]) for metric in _RANX_METRICS} for case_id in qrels}
+def reciprocal_rank(ranking: Sequence[str], relevance: Mapping[str, int], cutoff: int) -> float:
+    """``1 / rank`` of the first relevant document within the first ``cutoff`` ranks, else 0.
+
+    Example:
+        >>> reciprocal_rank(["x.md", "a.md"], {"a.md": 2}, cutoff=10)
+        0.5
+
+    Args:
+        ranking: Retrieved document ids, best first (each at most once).
+        relevance: Relevance grade per document id; a grade above 0 is relevant.
+        cutoff: Ranks considered (``@K``).
+    """
+    for rank, doc in enumerate(ranking[:cutoff], start=1):
+        if relevance.get(doc, 0) > 0:
+            return 1.0 / rank
+    return 0.0
+
+
+def ndcg(ranking: Sequence[str], relevance: Mapping[str, int], cutoff: int) -> float:
+    """Normalised discounted cumulative gain at ``cutoff``: linear gains, ``log2(rank + 1)`` discount.
+
+    The gain of a document is its relevance grade (Järvelin & Kekäläinen, 2002; ranx's ``ndcg``); the ideal
+    ranking lists the relevant documents by grade. 0 when nothing is relevant.
+
+    Example:
+        >>> round(ndcg(["x.md", "b.md"], {"a.md": 2, "b.md": 1}, cutoff=10), 4)
+        0.2398
+
+    Args:
+        ranking: Retrieved document ids, best first (each at most once).
+        relevance: Relevance grade per document id; a grade above 0 is relevant.
+        cutoff: Ranks considered (``@K``).
+    """
+    gains = [relevance.get(doc, 0) for doc in ranking[:cutoff]]
+    ideal = sorted((grade for grade in relevance.values() if grade > 0), reverse=True)[:cutoff]
+    ideal_dcg = _dcg(ideal)
+    return _dcg([max(gain, 0) for gain in gains]) / ideal_dcg if ideal_dcg > 0 else 0.0
+
+
+def _dcg(gains: Sequence[int]) -> float:
+    return sum(gain / math.log2(rank + 1) for rank, gain in enumerate(gains, start=1))
 
 
 def failed_thresholds(metrics: MetricSet, thresholds: Iterable[tuple[str, float]]) -> list[str]:
@@ -178,7 +209,7 @@ def _aggregate(results: Sequence[CaseResult], per_case: dict[str, dict[str, floa
     scores: dict[str, float | None] = {
         f"recall@{k}": _share(sum(rank <= k for rank in first_ranks), len(answerable)) for k in ks
     }
-    for metric in _RANX_METRICS:
+    for metric in _RANKING_METRICS:
         values = [per_case[result.case_id][metric] for result in answerable]
         scores[metric] = _round(fmean(values)) if values else None
     scores["strong_rate"] = _share(statuses.count("strong"), len(answerable))

@@ -1,13 +1,14 @@
-"""The evaluation report: one pydantic model, written as JSON (for machines) beside Markdown (for people).
+"""The evaluation report: one pydantic model, written as JSON (for machines) beside Markdown (for people), with
+PNG charts beside both.
 
-Both files are byte-identical when the inputs are: no timestamps, no absolute paths, sorted JSON keys,
-cases in golden-file order, floats rounded by :mod:`kb_retrieval.evaluation.metrics`. A baseline in git
-therefore changes only when retrieval results change.
+All files are byte-identical when the inputs are: no timestamps, no absolute paths, sorted JSON keys, cases in
+golden-file order, floats rounded by :mod:`kb_retrieval.evaluation.metrics`, charts drawn deterministically by
+:mod:`kb_retrieval.reporting` (skipped with a note when matplotlib is not installed). A baseline in git therefore
+changes only when retrieval results change.
 """
 
 from __future__ import annotations
 
-import json
 import shlex
 from pathlib import Path
 
@@ -15,6 +16,19 @@ from pydantic import BaseModel, ConfigDict
 
 from kb_retrieval.evaluation.hit_levels import TOP_CANDIDATES, CaseResult, CaseStatus
 from kb_retrieval.evaluation.metrics import DECIMALS, RANKING_CUTOFF, MetricSet, score_names
+from kb_retrieval.reporting import (
+    BarChart,
+    ChartFiles,
+    ReportFiles,
+    code,
+    format_number,
+    inline,
+    json_text,
+    markdown_table,
+    text_table,
+    write_charts,
+    write_report_pair,
+)
 
 #: Default output directory (the retrieval evaluation documentation area) and report name.
 DEFAULT_OUT_DIR = "reports/retrieval-eval"
@@ -52,12 +66,24 @@ _DEFINITIONS = """\
 - `recall@K` (K = {ks}): share of answerable run cases with a relevant document at rank <= K.
   `strong_rate`: strong / answerable run cases. `no_answer_accuracy`: correct / run no-answer cases.
   `avg first hit rank`: mean rank of the first relevant document over the cases that retrieved one.
-- `mrr@{cutoff}` and `ndcg@{cutoff}` are computed by ranx over answerable run cases with graded relevance
+- `mrr@{cutoff}` and `ndcg@{cutoff}` are computed over answerable run cases with graded relevance
   (expected 2, acceptable 1; nDCG with linear gains and log2 discount); a case that retrieved nothing
   scores 0.
-- `top candidates`: the first {top} retrieved documents as `source > breadcrumb`. Rates are rounded to
-  {decimals} decimals.
+- `top candidates`: the first {top} retrieved documents as `source > breadcrumb`. *(not in evidence)* marks
+  a candidate the agent never received: ranked, and counted as retrieved above, but under the evidence
+  threshold or left out of the context pack by its token budget. Rates are rounded to {decimals} decimals.
 """
+
+#: Colour of each hit level in the charts: good green, partial amber, failures red or purple, not run grey.
+HIT_LEVEL_COLORS = {
+    "strong": "#2ca02c",
+    "medium": "#ffbf00",
+    "miss": "#d62728",
+    "no-answer correct": "#1f77b4",
+    "no-answer wrong": "#9467bd",
+    "not run": "#7f7f7f",
+}
+NOT_IN_EVIDENCE = "*(not in evidence)*"
 
 
 class EvalReport(BaseModel):
@@ -67,9 +93,9 @@ class EvalReport(BaseModel):
 
     schema_version: int = REPORT_SCHEMA_VERSION
     golden: str
-    """The golden file, relative and ``/``-separated, as given."""
+    """The golden file as given: relative and ``/``-separated (see :func:`kb_retrieval.reporting.display_path`)."""
     fixtures: str
-    """The fixtures directory, relative and ``/``-separated, as given."""
+    """The fixtures directory as given: relative and ``/``-separated."""
     ks: list[int]
     """Cut-offs of ``recall@K``."""
     overall: MetricSet
@@ -80,14 +106,15 @@ class EvalReport(BaseModel):
 
 def report_to_json(report: EvalReport) -> str:
     """The JSON report text: sorted keys, indent 2, trailing newline."""
-    data = report.model_dump(mode="json")
-    return json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    return json_text(report.model_dump(mode="json"))
 
 
 def write_report(
     report: EvalReport, out_dir: str | Path = DEFAULT_OUT_DIR, name: str = DEFAULT_REPORT_NAME
-) -> tuple[Path, Path]:
-    """Write ``<out_dir>/<name>.json`` and ``<out_dir>/<name>.md``, creating ``out_dir``.
+) -> ReportFiles:
+    """Write ``<out_dir>/<name>.json``, ``<out_dir>/<name>.md`` and the charts beside them, creating ``out_dir``.
+
+    Without matplotlib the charts are skipped and the Markdown says so in one line.
 
     Args:
         report: The report.
@@ -95,30 +122,59 @@ def write_report(
         name: Base file name (no directory part).
 
     Returns:
-        The JSON and Markdown paths.
+        The paths written and the charts' outcome.
 
     Raises:
         ValueError: ``name`` is not a plain file name.
     """
-    return write_report_pair(out_dir, name, report_to_json(report), render_markdown(report, name))
+    charts = write_charts(report_charts(report, name), out_dir)
+    json_path, markdown_path = write_report_pair(
+        out_dir, name, report_to_json(report), render_markdown(report, name, charts)
+    )
+    return ReportFiles(json_path, markdown_path, charts)
 
 
-def write_report_pair(out_dir: str | Path, name: str, json_text: str, markdown_text: str) -> tuple[Path, Path]:
-    """Write ``<out_dir>/<name>.json`` and ``.md`` with LF line endings, creating ``out_dir``."""
-    validate_report_name(name)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    json_path, markdown_path = out / f"{name}.json", out / f"{name}.md"
-    json_path.write_text(json_text, encoding="utf-8", newline="\n")
-    markdown_path.write_text(markdown_text, encoding="utf-8", newline="\n")
-    return json_path, markdown_path
+def report_charts(report: EvalReport, name: str = DEFAULT_REPORT_NAME) -> list[BarChart]:
+    """The report's charts as data: hit levels per scenario, and the rates per scenario."""
+    groups = {"overall": report.overall, **report.by_scenario}
+    levels = hit_level_series(list(groups.values()))
+    rates = [rate for rate in score_names(report.ks) if rate != "fixture_coverage"]
+    return [
+        BarChart(
+            file_name=f"{name}-hit-levels.png",
+            title=f"Hit levels per scenario ({report.overall.case_count} cases)",
+            categories=list(groups),
+            series=levels,
+            value_label="cases",
+            stacked=True,
+            colors=HIT_LEVEL_COLORS,
+        ),
+        BarChart(
+            file_name=f"{name}-rates.png",
+            title="Rates per scenario (answerable or no-answer cases that ran)",
+            categories=rates,
+            series={group: [metrics.scores[rate] or 0.0 for rate in rates] for group, metrics in groups.items()},
+            value_label="rate",
+            value_max=1.0,
+        ),
+    ]
 
 
-def validate_report_name(name: str) -> str:
-    """Return ``name`` if it is a plain file name (no directory part), else raise ValueError."""
-    if not name or name in {".", ".."} or Path(name).name != name or "\\" in name:
-        raise ValueError(f"report name must be a plain file name, got {name!r}")
-    return name
+def hit_level_series(groups: list[MetricSet]) -> dict[str, list[float]]:
+    """Each hit level's case count per group, for a stacked chart (levels no group has are left out)."""
+    counts = [
+        {
+            "strong": m.strong,
+            "medium": m.medium,
+            "miss": m.miss,
+            "no-answer correct": m.no_answer_correct,
+            "no-answer wrong": m.no_answer - m.no_answer_correct,
+            "not run": m.not_run,
+        }
+        for m in groups
+    ]
+    series = {label: [float(count[label]) for count in counts] for label in HIT_LEVEL_COLORS}
+    return {label: values for label, values in series.items() if any(values)}
 
 
 def summary_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
@@ -146,25 +202,15 @@ def summary_rows(report: EvalReport) -> tuple[list[str], list[list[str]]]:
 def render_summary_text(report: EvalReport) -> str:
     """The summary table as aligned plain text, for a terminal."""
     header, rows = summary_rows(report)
-    table = [header, *rows]
-    widths = [max(len(line[column]) for line in table) for column in range(len(header))]
-    lines = [
-        "  ".join(
-            cell.ljust(width) if column == 0 else cell.rjust(width)
-            for column, (cell, width) in enumerate(zip(line, widths, strict=True))
-        ).rstrip()
-        for line in table
-    ]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    return "\n".join(lines)
+    return text_table([header, *rows])
 
 
-def render_markdown(report: EvalReport, name: str = DEFAULT_REPORT_NAME) -> str:
-    """The Markdown report: title, summary, per-case table, definitions, how to regenerate."""
+def render_markdown(report: EvalReport, name: str = DEFAULT_REPORT_NAME, charts: ChartFiles | None = None) -> str:
+    """The Markdown report: title, summary, charts (when given), per-case table, definitions, how to regenerate."""
     overall = report.overall
     ks = " ".join(str(k) for k in report.ks)
     lines = [
-        f"# Retrieval evaluation: {_inline(name)}",
+        f"# Retrieval evaluation: {inline(name)}",
         "",
         f"Offline evaluation of {overall.case_count} golden cases from `{report.golden}` against the "
         f"recorded `lookup_knowledge` fixtures in `{report.fixtures}` (no Milvus, model or database).",
@@ -173,21 +219,23 @@ def render_markdown(report: EvalReport, name: str = DEFAULT_REPORT_NAME) -> str:
         "",
     ]
     header, rows = summary_rows(report)
-    lines += _markdown_table([_inline(cell) for cell in header], rows, right_align_from=1)
+    lines += markdown_table([inline(cell) for cell in header], rows, right_align_from=1)
+    if charts is not None:
+        lines += ["", "## Charts", "", *charts.markdown()]
     lines += ["", "## Cases", ""]
     case_rows = [
         [
             str(index),
-            _code(result.case_id),
-            _inline(result.scenario),
+            code(result.case_id),
+            inline(result.scenario),
             _STATUS_MARKDOWN[result.status],
             str(result.first_expected_rank) if result.first_expected_rank is not None else "-",
-            "<br>".join(_code(label) for label in result.top_candidates) or "-",
-            "<br>".join(_inline(check) for check in result.failed_checks) or "-",
+            "<br>".join(_candidate_cell(label, result) for label in result.top_candidates) or "-",
+            "<br>".join(inline(check) for check in result.failed_checks) or "-",
         ]
         for index, result in enumerate(report.cases, start=1)
     ]
-    lines += _markdown_table(
+    lines += markdown_table(
         ["#", "case", "scenario", "result", "first expected rank", "top candidates", "failed checks"],
         case_rows,
     )
@@ -208,38 +256,9 @@ def render_markdown(report: EvalReport, name: str = DEFAULT_REPORT_NAME) -> str:
     return "\n".join(lines)
 
 
-def _markdown_table(header: list[str], rows: list[list[str]], right_align_from: int | None = None) -> list[str]:
-    aligns = [
-        "---:" if right_align_from is not None and column >= right_align_from else "---"
-        for column in range(len(header))
-    ]
-    return [_markdown_row(header), _markdown_row(aligns), *(_markdown_row(row) for row in rows)]
-
-
-def _markdown_row(cells: list[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
-
-
-def _inline(text: str) -> str:
-    """Plain text made safe for a Markdown table cell."""
-    text = " ".join(text.split())
-    for char, escaped in (
-        ("\\", "\\\\"),
-        ("|", "\\|"),
-        ("<", "&lt;"),
-        ("*", "\\*"),
-        ("_", "\\_"),
-        ("`", "\\`"),
-    ):
-        text = text.replace(char, escaped)
-    return text
-
-
-def _code(text: str) -> str:
-    """Text as inline code in a Markdown table cell (pipes must still be escaped inside tables)."""
-    text = " ".join(text.split()).replace("`", "'").replace("|", "\\|")
-    return f"`{text}`"
+def _candidate_cell(label: str, result: CaseResult) -> str:
+    return f"{code(label)} {NOT_IN_EVIDENCE}" if label in result.not_in_evidence else code(label)
 
 
 def _number(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.{DECIMALS}f}"
+    return format_number(value, DECIMALS)

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from kb_retrieval.cli_args import positive_int
 from kb_retrieval.evaluation.errors import EvaluationInputError
 from kb_retrieval.evaluation.fixtures import load_fixture
 from kb_retrieval.evaluation.golden import load_golden
@@ -39,9 +39,9 @@ from kb_retrieval.evaluation.report import (
     DEFAULT_REPORT_NAME,
     EvalReport,
     render_summary_text,
-    validate_report_name,
     write_report,
 )
+from kb_retrieval.reporting import display_path, report_name_argument
 
 
 def evaluate(golden_path: str | Path, fixtures_dir: str | Path, ks: Iterable[int] = DEFAULT_KS) -> EvalReport:
@@ -78,22 +78,6 @@ def evaluate(golden_path: str | Path, fixtures_dir: str | Path, ks: Iterable[int
     )
 
 
-def display_path(path: str | Path) -> str:
-    """A path as reports show it: relative (to the working directory if given absolute), ``/``-separated.
-
-    Example:
-        >>> display_path("golden/./sample.jsonl")
-        'golden/sample.jsonl'
-    """
-    candidate = Path(path)
-    if candidate.is_absolute():
-        try:
-            candidate = Path(os.path.relpath(candidate))
-        except ValueError:  # another drive on Windows: no relative form exists
-            return candidate.name
-    return candidate.as_posix()
-
-
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``eval`` options to a parser (or sub-parser).
 
@@ -105,7 +89,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--k",
         dest="ks",
-        type=_positive_int,
+        type=positive_int,
         nargs="+",
         action="extend",
         metavar="K",
@@ -117,7 +101,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--name",
         default=DEFAULT_REPORT_NAME,
-        type=_report_name,
+        type=report_name_argument,
         help=f"report base name: writes NAME.json and NAME.md (default: {DEFAULT_REPORT_NAME})",
     )
     parser.add_argument(
@@ -154,10 +138,10 @@ def run_eval_command(args: argparse.Namespace) -> int:
     except (EvaluationInputError, OSError) as error:
         _error(str(error))
         return 2
-    json_path, markdown_path = write_report(report, args.out, args.name)
+    files = write_report(report, args.out, args.name)
 
     print(render_summary_text(report))
-    print(f"\nwrote {json_path.as_posix()} and {markdown_path.as_posix()}")
+    print(f"\n{files.summary()}")
     if report.overall.not_run:
         print(
             f"warning: {report.overall.not_run} case(s) not run (missing or stale fixture); "
@@ -181,23 +165,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     add_eval_arguments(parser)
     return run_eval_command(parser.parse_args(argv))
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"K must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"K must be a positive integer, got {text!r}")
-    return value
-
-
-def _report_name(text: str) -> str:
-    try:
-        return validate_report_name(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _threshold(text: str) -> tuple[str, float]:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import copy
 
+from kb_retrieval.bench.report import bench_charts
 from kb_retrieval.bench.run import README_END, README_START, targets, update_readme, write_report
+from kb_retrieval.reporting import draw_chart, label_problems
 
 
 def _systems(ours: float, dense: float, no_answer: float | None = None) -> dict:
@@ -78,6 +80,31 @@ def test_report_files_are_byte_identical_for_the_same_figures(tmp_path):
     assert "| mixed | runbooks-alerts-dev | 0.85 | 0.40 | 0.10 | 0.20 | n/a |" in md
     assert "ratio 0.5" in md and "embed 8.0, search 9.0, trace_write 1.0" in md
     assert str(tmp_path) not in md
+    assert "](quality_hit1.png)" in md and "](latency_scale.png)" in md  # linked from the report
+
+
+# Every golden set of a full run, with the long names that used to overlap under the bars.
+FULL = {
+    "quality": {
+        setting: {name: _systems(0.9, 0.8, 0.1) for name in sets}
+        for setting, sets in (
+            ("runbooks", [f"runbooks-alerts-{n}" for n in ("dev", "dev-named", "instances", "etcd", "unmapped")]),
+            ("mixed", [f"runbooks-alerts-{n}" for n in ("dev", "dev-named", "instances", "etcd", "unmapped")]),
+            ("prometheus-docs", ["prometheus-docs-faq"]),
+        )
+    },
+    "speed": {"scale": [{"chunks": c, "p50_ms": c / 100, "search_p50_ms": c / 200} for c in (1e3, 1e4, 1e5)]},
+}
+
+
+def test_charts_have_titles_and_labels_that_do_not_overlap():
+    charts = bench_charts(FULL)
+    assert [chart.file_name for chart in charts] == ["quality_hit1.png", "latency_scale.png"]
+    for chart in charts:
+        figure = draw_chart(chart)
+        assert chart.title and figure.get_suptitle() == chart.title
+        assert label_problems(figure) == [], chart.file_name
+    assert len(charts[0].categories) == 11 and "mixed / dev-named" in charts[0].categories
 
 
 def test_readme_section_is_replaced_in_place(tmp_path):

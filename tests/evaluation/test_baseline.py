@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from kb_retrieval.evaluation.runner import main
+from kb_retrieval.reporting import png_software
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -16,9 +17,15 @@ def test_baseline_regenerates_byte_for_byte(tmp_path, monkeypatch):
         ["--golden", "golden/sample-kb.jsonl", "--fixtures", "golden/fixtures/sample-kb", "--out", os.fspath(tmp_path)]
     )
     assert code == 0
+    committed_dir = REPO / "reports" / "retrieval-eval"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in committed_dir.iterdir())
     for name in ("baseline.json", "baseline.md"):
-        committed = (REPO / "reports" / "retrieval-eval" / name).read_bytes()
+        committed = (committed_dir / name).read_bytes()
         assert (tmp_path / name).read_bytes() == committed, f"{name} differs: regenerate with `make eval` on purpose"
+    for chart in sorted(committed_dir.glob("*.png")):
+        # Charts are byte-identical for the same figures and matplotlib version (the PNG names the version).
+        if png_software(chart) == png_software(tmp_path / chart.name):
+            assert (tmp_path / chart.name).read_bytes() == chart.read_bytes(), f"{chart.name} differs"
 
 
 def test_baseline_gate_holds(tmp_path):

@@ -4,9 +4,11 @@ from pathlib import Path
 
 import pytest
 
-from kb_retrieval.evaluation import classify_case, load_fixture, load_golden
+from kb_retrieval.evaluation import Fixture, classify_case, load_fixture, load_golden
 
 from .factories import make_candidate, make_case, make_fixture
+
+pytestmark = pytest.mark.unit
 
 
 @pytest.mark.parametrize(
@@ -190,3 +192,40 @@ def test_top_candidates_are_the_first_five_labels() -> None:
 
     assert result.top_candidates == [f"d{rank}.md > H{rank}" for rank in range(1, 6)]
     assert result.ranking == [f"d{rank}.md" for rank in range(1, 8)]
+
+
+def _received(*sources: str, pack: list[str] | None = None, found: bool = True) -> Fixture:
+    result: dict[str, object] = {
+        "found": found,
+        "evidenceBlocks": [{"source": source, "content": ""} for source in sources],
+    }
+    if pack is not None:
+        result["contextPack"] = {"blocks": [{"source": source, "content": ""} for source in pack]}
+    candidates = [make_candidate(rank, f"{name}.md") for rank, name in enumerate("abcd", start=1)]
+    return Fixture(case_id="c1", query="q", candidates=candidates, result=result)
+
+
+def test_candidates_the_agent_never_received_are_listed() -> None:
+    case = make_case()
+
+    # Below the evidence threshold: not an evidence block.
+    assert classify_case(case, _received("a.md", "c.md")).not_in_evidence == ["b.md", "d.md"]
+    # Left out of the context pack (token budget): the pack, not the evidence blocks, is what the agent reads.
+    assert classify_case(case, _received("a.md", "b.md", "c.md", pack=["a.md"])).not_in_evidence == [
+        "b.md",
+        "c.md",
+        "d.md",
+    ]
+    assert classify_case(case, _received("a.md", "b.md", "c.md", "d.md")).not_in_evidence == []
+
+
+def test_received_sources_unknown_or_none() -> None:
+    unknown = Fixture(
+        case_id="c1",
+        query="q",
+        candidates=[make_candidate(1, "a.md")],
+        result={"found": True, "evidenceBlocks": [{"content": "no source recorded"}]},
+    )
+    assert unknown.received_sources is None
+    assert classify_case(make_case(), unknown).not_in_evidence == []  # nothing can be said: no mark
+    assert _received("a.md", found=False).received_sources == []

@@ -11,6 +11,7 @@ from sidecar_fakes import FakeRetriever, SlowPath
 
 from kb_retrieval.config import Settings
 from kb_retrieval.engine import KnowledgeLookup
+from kb_retrieval.indexing.milvus import connect
 from kb_retrieval.retrieval.l1.sdk import SdkPath
 
 MakeLookup = Callable[..., KnowledgeLookup]
@@ -38,14 +39,16 @@ def make_lookup(sample_settings: Settings, embed_model) -> Iterator[MakeLookup]:
         settings = sample_settings.model_copy(
             update={"sidecar_enabled": sidecar is not None, "sidecar_timeout_s": timeout_s}
         )
-        lookup = KnowledgeLookup(settings, embed_model=embed_model)
-        if main_delay:
-            lookup.path = lookup.retriever.path = SlowPath(SdkPath(lookup.client, settings), main_delay)
+        runner = None
         if sidecar is not None:
             factory = sidecar if not isinstance(sidecar, BaseRetriever) else (lambda: sidecar)
-            lookup.sidecar = SidecarRunner(settings, embed_model, factory=factory, max_in_flight=max_in_flight)
+            runner = SidecarRunner(settings, embed_model, factory=factory, max_in_flight=max_in_flight)
             if isinstance(sidecar, FakeRetriever) and sidecar.gate is not None:
                 gates.append(sidecar.gate)
+        client = connect(settings)
+        path = SlowPath(SdkPath(client, settings), main_delay) if main_delay else None
+        # the runner is handed over through the core's protocol (kb_retrieval.beside), as any comparison runner
+        lookup = KnowledgeLookup(settings, embed_model=embed_model, client=client, path=path, beside=runner)
         built.append(lookup)
         return lookup
 

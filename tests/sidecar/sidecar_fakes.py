@@ -39,9 +39,9 @@ class SlowPath:
         self.inner = inner
         self.delay = delay
 
-    def search(self, embedding: list[float], top_k: int, filter_expr: str | None, **kwargs: Any) -> Any:
+    def search(self, embedding: list[float], top_k: int, filter_expr: str | None, *args: Any, **kwargs: Any) -> Any:
         time.sleep(self.delay)
-        return self.inner.search(embedding, top_k, filter_expr, **kwargs)
+        return self.inner.search(embedding, top_k, filter_expr, *args, **kwargs)
 
 
 class FakeRetriever(BaseRetriever):

@@ -12,13 +12,15 @@ import textwrap
 import pytest
 
 from kb_retrieval.cli_args import add_lookup_arguments
+from kb_retrieval.config import Settings
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.evaluation.golden import GoldenCase, load_golden
 from kb_retrieval.models import Candidate, EvidenceStatus, ScoreLabel
+from kb_retrieval.reporting import draw_chart, label_problems
 from sidecar.compare import add_compare_arguments, run_compare_command
-from sidecar.comparison import compare_case, kendall_tau, run_comparison
+from sidecar.comparison import build_report, compare_case, kendall_tau, run_comparison
 from sidecar.models import ComparableResult, SidecarRun
-from sidecar.report import render_markdown, report_to_json, write_compare_report
+from sidecar.report import render_markdown, report_charts, report_to_json, write_compare_report
 from sidecar.runner import SidecarRunner
 
 REPO_GOLDEN = "golden/sample-kb.jsonl"
@@ -56,14 +58,16 @@ def _sidecar_result(rank: int, source: str, breadcrumb: str, category: str = "re
     )
 
 
-def _lookup_result(found: bool):
+def _lookup_result(found: bool, received: tuple[str, ...] = ()):
+    """A lookup result whose context pack holds the ``received`` sources (what the agent reads)."""
     from kb_retrieval.models import ContextPack, ContextPackSummary, LookupResult, QueryTransform, RetrievalTrace
 
+    summary = ContextPackSummary(budget_tokens=1, used_tokens=0, included_sources=list(received))
     return LookupResult(
         found=found,
         evidence_status=EvidenceStatus.OK if found else EvidenceStatus.NO_EVIDENCE,
         message="m",
-        context_pack=ContextPack(summary=ContextPackSummary(budget_tokens=1, used_tokens=0)),
+        context_pack=ContextPack(summary=summary),
         query_transform=QueryTransform(original_query="q", normalized_query="q", filter_reason="none"),
         retrieval_trace=RetrievalTrace(path_served="sdk"),
         rerank_trace={"entries": []},
@@ -88,7 +92,7 @@ def test_case_marks_differences_and_measures_agreement():
             _sidecar_result(4, "e.md", "E"),
         ],
     )
-    comparison = compare_case(CASE, _lookup_result(True), current, sidecar, k=4)
+    comparison = compare_case(CASE, _lookup_result(True, received=("a.md", "c.md")), current, sidecar, k=4)
 
     assert [(row.rank, row.differs) for row in comparison.rows] == [
         (1, ["breadcrumb"]),
@@ -110,6 +114,14 @@ def test_case_marks_differences_and_measures_agreement():
     assert (comparison.current.hit_level, comparison.current.first_expected_rank) == ("strong", 1)
     assert comparison.sidecar.hit_level == "medium"
     assert comparison.current.path == "main:sdk" and comparison.sidecar.path == "sidecar:vectorstore"
+    # what the agent received: the context pack's sources; the sidecar's documents never reach it
+    assert [r.in_evidence for r in comparison.current.results] == [True, False, True, False]
+    assert {r.in_evidence for r in comparison.sidecar.results} == {None}
+    markdown = render_markdown(build_report([CASE], [comparison], "golden/x.jsonl", 4, Settings()), "x")
+    rows = [line for line in markdown.splitlines() if line.startswith("| 2 | ") or line.startswith("| 3 | ")]
+    assert rows[0].split(" | ")[1].endswith("<br>*(not in evidence)*")  # b.md, ranked 2nd, not received
+    assert "*(not in evidence)*" not in rows[1].split(" | ")[1]  # c.md was received
+    assert "| rank | current `main:sdk` | sidecar `sidecar:vectorstore` (never sent to the agent) |" in markdown
 
 
 def test_case_with_a_sidecar_that_did_not_answer_keeps_the_current_results():
@@ -129,6 +141,32 @@ def test_disabled_sidecar_reads_as_unavailable_in_the_report():
     assert comparison.current.status == "no_evidence" and comparison.current.hit_level == "miss"
 
 
+def test_charts_show_hit_levels_rank_shifts_and_overlap():
+    current = [_candidate("a.md", "A > Fix"), _candidate("b.md", "B"), _candidate("c.md", "C"), _candidate("d.md", "D")]
+    sidecar = SidecarRun(
+        status="ok",
+        score_label="cosine_similarity",
+        results=[_sidecar_result(1, "a.md", "A"), _sidecar_result(2, "c.md", "C"), _sidecar_result(3, "b.md", "B")],
+    )
+    comparisons = [
+        compare_case(CASE, _lookup_result(True), current, sidecar, k=4),
+        compare_case(CASE, _lookup_result(True), current, SidecarRun(status="timeout", reason="late"), k=4),
+    ]
+    report = build_report([CASE, CASE], comparisons, "golden/x.jsonl", 4, Settings())
+
+    levels, shifts, overlap = report_charts(report, "x")
+    names = [c.file_name for c in (levels, shifts, overlap)]
+    assert names == ["x-hit-levels.png", "x-rank-shifts.png", "x-overlap.png"]
+    assert levels.categories == ["current", "sidecar"]
+    assert levels.series["strong"] == [2, 0] and levels.series["not run"] == [0, 1]
+    # a.md kept rank 1; b.md moved 2 -> 3 (+1); c.md moved 3 -> 2 (-1)
+    assert shifts.categories == ["-3", "-2", "-1", "0", "+1", "+2", "+3"]
+    assert shifts.series == {"documents": [0, 0, 1, 1, 1, 0, 0]}
+    assert overlap.series == {"cases": [0, 0, 0, 1, 0]}  # one compared case, three shared documents
+    for chart in (levels, shifts, overlap):
+        assert chart.title and label_problems(draw_chart(chart)) == []
+
+
 # --- golden sets against the sample KB ---------------------------------------------------------------------
 
 
@@ -144,12 +182,12 @@ def golden_subset(tmp_path_factory) -> str:
 
 def test_unavailable_sidecar_report_keeps_every_current_result(golden_subset, sample_settings, embed_model, tmp_path):
     settings = sample_settings.model_copy(update={"sidecar_enabled": True})
-    lookup = KnowledgeLookup(settings, embed_model=embed_model)
 
     def store_cannot_be_created():
         raise ConnectionError("cannot create MilvusVectorStore: connection refused")
 
-    lookup.sidecar = SidecarRunner(settings, embed_model, factory=store_cannot_be_created)
+    runner = SidecarRunner(settings, embed_model, factory=store_cannot_be_created)
+    lookup = KnowledgeLookup(settings, embed_model=embed_model, beside=runner)
     try:
         report = run_comparison(golden_subset, lookup, k=5)
         expected = [lookup.lookup_ranked(c.query)[1] for c in load_golden(golden_subset)]
@@ -164,12 +202,14 @@ def test_unavailable_sidecar_report_keeps_every_current_result(golden_subset, sa
         assert [r.source for r in case.current.results] == [c.source for c in ranking[:5]]
     assert report.summary.current.strong + report.summary.current.medium >= 1
 
-    json_path, md_path = write_compare_report(report, tmp_path, "unavailable")
-    data = json.loads(json_path.read_text(encoding="utf-8"))
+    files = write_compare_report(report, tmp_path, "unavailable")
+    data = json.loads(files.json.read_text(encoding="utf-8"))
     assert data["summary"]["sidecar_status"] == "unavailable"
     assert all(case["current"]["results"] for case in data["cases"] if case["current"]["status"] == "found")
-    markdown = md_path.read_text(encoding="utf-8")
+    markdown = files.markdown.read_text(encoding="utf-8")
     assert "sidecar **UNAVAILABLE**" in markdown and "connection refused" in markdown
+    # nothing to compare: the hit levels chart only
+    assert [p.name for p in files.paths()] == ["unavailable.json", "unavailable.md", "unavailable-hit-levels.png"]
 
 
 def _compare_args(golden: str, out: str, state_dir: str) -> argparse.Namespace:
@@ -187,12 +227,17 @@ def test_compare_command_is_byte_identical_across_runs(golden_subset, sample_set
     assert run_compare_command(_compare_args("subset.jsonl", "b", state_dir)) == 0
     assert "mean overlap@5" in capsys.readouterr().out
 
+    charts = ["subset-hit-levels.png", "subset-rank-shifts.png", "subset-overlap.png"]
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == sorted(["subset.json", "subset.md", *charts])
+    for name in ["subset.json", "subset.md", *charts]:
+        first = (tmp_path / "a" / name).read_bytes()
+        assert first == (tmp_path / "b" / name).read_bytes(), name
     for suffix in ("json", "md"):
-        first = (tmp_path / "a" / f"subset.{suffix}").read_bytes()
-        assert first == (tmp_path / "b" / f"subset.{suffix}").read_bytes()
-        text = first.decode("utf-8")
+        text = (tmp_path / "a" / f"subset.{suffix}").read_text(encoding="utf-8")
         assert str(tmp_path) not in text and state_dir not in text and "/tmp" not in text
         assert "elapsed" not in text and "waited" not in text
+    markdown = (tmp_path / "a" / "subset.md").read_text(encoding="utf-8")
+    assert all(f"]({chart})" in markdown for chart in charts)  # linked from the report
     data = json.loads((tmp_path / "a" / "subset.json").read_text(encoding="utf-8"))
     assert data["golden"] == "subset.jsonl"
     assert data["summary"]["sidecar_status"] == "ok" and data["summary"]["compared"] == 8
@@ -219,9 +264,6 @@ def test_compare_command_rejects_a_missing_golden_file(tmp_path, capsys):
 def test_markdown_labels_score_semantics_per_path():
     current = [_candidate("a.md", "A")]
     run = SidecarRun(status="ok", score_label="cosine_similarity", results=[_sidecar_result(1, "a.md", "A")])
-    from kb_retrieval.config import Settings
-    from sidecar.comparison import build_report
-
     comparison = compare_case(CASE, _lookup_result(True), current, run)
     report = build_report([CASE], [comparison], "golden/x.jsonl", 5, Settings())
     markdown = render_markdown(report, "x")

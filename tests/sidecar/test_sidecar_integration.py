@@ -6,6 +6,7 @@ import pytest
 from sidecar_fakes import stable
 
 from kb_retrieval.engine import KnowledgeLookup
+from sidecar.comparison import lookup_beside, sidecar_run
 from sidecar.runner import SidecarRunner
 
 ALERT = "RedisMemoryHigh: Redis memory usage above 90% of maxmemory on redis-cache-01:6379"
@@ -17,7 +18,8 @@ def test_stock_sidecar_answers_beside_the_main_path(sample_settings, embed_model
     expected = stable(sample_lookup.lookup_ranked(ALERT)[0].to_json_dict())
     lookup = KnowledgeLookup(sample_settings.model_copy(update={"sidecar_enabled": True}), embed_model=embed_model)
     try:
-        result, ranking, run = lookup.lookup_with_sidecar(ALERT)
+        detail = lookup_beside(lookup, ALERT)  # the sidecar created by the core from Settings.sidecar_factory
+        result, ranking, run = detail.result, detail.ranking, sidecar_run(detail.beside)
         details = lookup.traces.rows()[-1].retrieval_details
     finally:
         lookup.close()

@@ -1,6 +1,6 @@
 """The sidecar beside a lookup: off by default, parallel, bounded by its deadline, never changing the main result.
 
-How waiting works (``sidecar/runner.py``): the sidecar starts at the beginning of ``lookup_ranked``; the end of the
+How waiting works (``sidecar/runner.py``): the sidecar starts at the beginning of the lookup; the end of the
 lookup waits for what is left of ``sidecar_timeout_s`` counted from that start. So a lookup takes
 ``max(main, min(sidecar, timeout))``, never ``main + sidecar``. The tests below pin each part of that down.
 """
@@ -18,17 +18,25 @@ from types import SimpleNamespace
 import pytest
 from sidecar_fakes import QUERY, FakeRetriever, stable
 
+from kb_retrieval.beside import DISABLED_REASON, load_runner
 from kb_retrieval.config import Settings
 from kb_retrieval.engine import KnowledgeLookup
-from kb_retrieval.traces import SIDECAR_DISABLED_REASON
+from sidecar.comparison import lookup_beside, sidecar_run
+from sidecar.models import SidecarRun, disabled_run
+from sidecar.runner import SidecarJob, SidecarRunner
 
 pytestmark = pytest.mark.timeout(300)
 
 
 def _timed(lookup: KnowledgeLookup, query: str = QUERY):
     t0 = time.perf_counter()
-    result, ranking, run = lookup.lookup_with_sidecar(query)
+    result, ranking, run = _with_sidecar(lookup, query)
     return time.perf_counter() - t0, result, ranking, run
+
+
+def _with_sidecar(lookup: KnowledgeLookup, query: str = QUERY):
+    detail = lookup_beside(lookup, query)
+    return detail.result, detail.ranking, sidecar_run(detail.beside)
 
 
 def _details(lookup: KnowledgeLookup) -> dict:
@@ -44,11 +52,25 @@ def test_disabled_by_default(monkeypatch, sample_lookup):
     monkeypatch.setenv("KB_SIDECAR_ENABLED", "true")
     assert Settings().sidecar_enabled is True  # enabling is that one setting
 
-    assert sample_lookup.sidecar is None
-    result, _, run = sample_lookup.lookup_with_sidecar(QUERY)
-    assert result.found
-    assert run.status == "disabled" and run.reason == SIDECAR_DISABLED_REASON
-    assert _details(sample_lookup)["sidecar"] == {"status": "disabled", "reason": SIDECAR_DISABLED_REASON}
+    assert sample_lookup.beside is None
+    detail = lookup_beside(sample_lookup, QUERY)
+    assert detail.result.found and detail.beside is None
+    run = sidecar_run(detail.beside)
+    assert run.status == "disabled" and run.reason == DISABLED_REASON
+    assert _details(sample_lookup)["sidecar"] == {"status": "disabled", "reason": DISABLED_REASON}
+
+
+def test_the_sidecar_is_the_cores_beside_runner(sample_settings, embed_model):
+    """The core creates it from the dotted factory name; it answers through the protocol only."""
+    runner = load_runner("sidecar.runner:SidecarRunner", sample_settings, embed_model)
+    assert isinstance(runner, SidecarRunner)
+    job = runner.start(QUERY)
+    assert isinstance(job, SidecarJob)
+    run = job.collect()
+    assert isinstance(run, SidecarRun) and run.status == "ok", run.reason
+    entry = run.trace_entry()
+    assert entry["status"] == "ok" and entry["top_candidates"] and "content" not in str(entry)
+    assert disabled_run().reason == DISABLED_REASON  # one disabled reason, the core's
 
 
 def test_disabled_sidecar_is_never_imported(tmp_path):
@@ -173,17 +195,18 @@ def test_sidecar_that_cannot_initialise_is_unavailable(make_lookup):
 def test_hung_sidecars_do_not_pile_up(make_lookup):
     gate = threading.Event()
     lookup = make_lookup(FakeRetriever(gate=gate), timeout_s=0.2, max_in_flight=1)
-    first = lookup.lookup_with_sidecar(QUERY)[2]
-    second = lookup.lookup_with_sidecar(QUERY)[2]
+    first = _with_sidecar(lookup)[2]
+    second = _with_sidecar(lookup)[2]
     assert first.status == "timeout"
     assert second.status == "unavailable" and "still running" in (second.reason or "")
-    assert lookup.sidecar is not None and lookup.sidecar.in_flight == 1
+    runner = lookup.beside
+    assert isinstance(runner, SidecarRunner) and runner.in_flight == 1
     gate.set()
     deadline = time.monotonic() + 10
-    while lookup.sidecar.in_flight and time.monotonic() < deadline:
+    while runner.in_flight and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert lookup.sidecar.in_flight == 0
-    assert lookup.lookup_with_sidecar(QUERY)[2].status == "ok"
+    assert runner.in_flight == 0
+    assert _with_sidecar(lookup)[2].status == "ok"
 
 
 def test_ok_run_is_in_the_trace_row_and_deduped_by_source(make_lookup):
