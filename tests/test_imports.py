@@ -18,6 +18,10 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("kb_retrieval", "sidecar")
 

@@ -24,6 +24,8 @@ from kb_retrieval.reporting import (
     write_report_pair,
 )
 
+pytestmark = pytest.mark.unit
+
 STACKED = BarChart(
     file_name="levels.png",
     title="Hit levels per scenario",
