@@ -30,6 +30,10 @@ typecheck: $(STAMP)
 test: lint typecheck
 	$(BIN)/pytest
 
+# Pure-logic tests (the `unit` marker: no model, no Milvus, no database server), for a fast edit-test loop.
+unit: $(STAMP)
+	$(BIN)/pytest -q -m unit
+
 eval: $(STAMP)
 	$(BIN)/kb-retrieval eval --golden golden/sample-kb.jsonl --fixtures golden/fixtures/sample-kb --out reports/retrieval-eval
 

@@ -41,7 +41,7 @@ DEMO_QUESTIONS = (
     "How do I tune Kafka consumer group rebalancing?",
 )
 #: Modules of the ``bench`` extra that ``kb-retrieval bench`` needs (the runtime install lacks them).
-BENCH_MODULES = ("matplotlib", "llama_index.retrievers.bm25")
+BENCH_MODULES = ("matplotlib", "llama_index.retrievers.bm25", "psutil")
 STDIN = "-"
 #: The ``compare`` command lives with the sidecar; loaded by name, so the core never imports the sidecar package.
 COMPARE_MODULE = "sidecar.compare"

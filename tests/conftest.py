@@ -18,6 +18,30 @@ SAMPLE_KB = REPO / "kb_retrieval" / "sample_kb"
 
 pytest_plugins = ["tests.support.fixtures"]
 
+#: Fixtures that bring the model, Milvus or a database server: a test marked ``unit`` (``make unit``) uses none.
+HEAVY_FIXTURES = frozenset(
+    {
+        "embed_model",
+        "sample_settings",
+        "sample_lookup",
+        "milvus_server",
+        "milvus_backend",
+        "known_kb",
+        "server_sample_settings",
+        "postgres_url",
+        "postgres_schema_url",
+        "trace_url",
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep the ``unit`` marker honest: pure logic only, so ``make unit`` stays under a minute."""
+    for item in items:
+        heavy = HEAVY_FIXTURES & set(getattr(item, "fixturenames", ()))
+        if heavy and item.get_closest_marker("unit"):
+            raise pytest.UsageError(f"{item.nodeid} is marked unit but uses {', '.join(sorted(heavy))}")
+
 
 @pytest.fixture(scope="session")
 def embed_model():

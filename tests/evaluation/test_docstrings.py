@@ -7,6 +7,8 @@ import importlib
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 MODULES = ["errors", "golden", "fixtures", "hit_levels", "metrics", "report", "runner"]
 
 

@@ -13,6 +13,8 @@ from kb_retrieval.evaluation.fixtures import fixture_to_json
 
 from .factories import make_candidate, make_fixture
 
+pytestmark = pytest.mark.unit
+
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._~-]*\.json")
 WINDOWS_RESERVED = {"con", "prn", "aux", "nul"} | {f"{p}{n}" for p in ("com", "lpt") for n in range(1, 10)}
 

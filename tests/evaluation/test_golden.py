@@ -7,6 +7,8 @@ import pytest
 
 from kb_retrieval.evaluation import ExpectedBreadcrumb, GoldenCase, GoldenCaseError, load_golden
 
+pytestmark = pytest.mark.unit
+
 VALID = {
     "case_id": "c1",
     "scenario": "aiops",

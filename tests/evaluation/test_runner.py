@@ -7,6 +7,8 @@ import pytest
 
 from kb_retrieval.evaluation import add_eval_arguments, main, run_eval_command
 
+pytestmark = pytest.mark.unit
+
 
 def run_cli(golden: Path, fixtures: Path, out: Path, *extra: str) -> int:
     return main(["--golden", str(golden), "--fixtures", str(fixtures), "--out", str(out), *extra])

@@ -8,6 +8,8 @@ from kb_retrieval.indexing.l0_index import L0Entry, L0Index
 from kb_retrieval.retrieval.l0_hints import L0HintProvider, title_terms
 from kb_retrieval.retrieval.query_transform import EmptyQueryError, transform_query
 
+pytestmark = pytest.mark.unit
+
 
 def entry(
     title: str, category: str | None, keywords: list[str] | None = None, entities: list[str] | None = None

@@ -12,6 +12,8 @@ from kb_retrieval.retrieval.l1.retriever import candidate_node
 from kb_retrieval.retrieval.lexical import LexicalIndex, with_identifier_parts
 from kb_retrieval.retrieval.rerank import RuleReranker
 
+pytestmark = pytest.mark.unit
+
 
 def cand(chunk_id: str, source: str, similarity: float, chunk_count: int = 4) -> Candidate:
     return Candidate(

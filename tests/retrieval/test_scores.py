@@ -12,6 +12,8 @@ from kb_retrieval.models import ScoreLabel
 from kb_retrieval.retrieval import scores
 from kb_retrieval.retrieval.scores import normalised_similarity
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(
     ("raw", "expected"),
