@@ -1,9 +1,10 @@
 """Split a document along its Markdown headings into chunks that carry their breadcrumb.
 
 Each heading opens a section; a section's chunk holds the text under that heading up to the next heading. The
-breadcrumb is ``title > section > subsection``. A section longer than ``chunk_tokens`` is split between paragraphs
-(code blocks kept whole where they fit) into chunks of at most ``chunk_tokens`` tokens, consecutive chunks sharing
-about ``overlap`` tokens.
+breadcrumb is the heading path ``top > section > subsection``, whose top is the H1 opening the document (else its
+title): a frontmatter title worded apart from the H1 is not repeated in it, and stays in the chunk's ``title``. A
+section longer than ``chunk_tokens`` is split between paragraphs (code blocks kept whole where they fit) into
+chunks of at most ``chunk_tokens`` tokens, consecutive chunks sharing about ``overlap`` tokens.
 
 Chunk ids are deterministic: they derive from the source id, the document's content hash, the position and the
 chunk's own breadcrumb and text, so re-chunking an unchanged document gives the same ids, and an edited one, or one
@@ -35,14 +36,22 @@ class Chunk:
     position: int
     breadcrumb: list[str]
     content: str
+    title: str = ""
 
     @property
     def breadcrumb_text(self) -> str:
         return BREADCRUMB_SEPARATOR.join(self.breadcrumb)
 
     def embedding_text(self) -> str:
-        """What is embedded: the breadcrumb as a contextual header, then the content."""
-        return f"{self.breadcrumb_text}\n\n{self.content}"
+        """What is embedded: the title and breadcrumb as a contextual header, then the content.
+
+        The title leads when the breadcrumb does not start with it (a frontmatter title worded apart from the H1):
+        the document's name in both wordings helps the search, as it did before the breadcrumb stopped repeating it.
+        """
+        header = self.breadcrumb_text
+        if self.title and self.breadcrumb and self.breadcrumb[0] != self.title:
+            header = f"{self.title}{BREADCRUMB_SEPARATOR}{header}"
+        return f"{header}\n\n{self.content}"
 
 
 def chunk_id_for(source_id: str, content_hash: str, position: int, text: str = "") -> str:
@@ -59,7 +68,12 @@ def chunk_document(doc: KbDocument, chunk_tokens: int = 220, overlap: int = 32) 
         pieces.append(([doc.title], doc.title))
     return [
         Chunk(
-            chunk_id_for(doc.source_id, doc.content_hash, i, f"{crumb}\x00{content}"), doc.source_id, i, crumb, content
+            chunk_id_for(doc.source_id, doc.content_hash, i, f"{crumb}\x00{content}"),
+            doc.source_id,
+            i,
+            crumb,
+            content,
+            doc.title,
         )
         for i, (crumb, content) in enumerate(pieces)
     ]
@@ -68,24 +82,28 @@ def chunk_document(doc: KbDocument, chunk_tokens: int = 220, overlap: int = 32) 
 def _sections(doc: KbDocument) -> list[tuple[list[str], str]]:
     """(breadcrumb, text) for every heading section with text, plus any text before the first heading.
 
-    The breadcrumb starts with the document's title. An H1 that opens the body is the document's title heading:
-    it is not repeated after the title, even when the frontmatter gives the title another wording
-    ("PostgreSQL streaming replication lag > Symptoms", not "... > PostgreSQL replication lag > Symptoms").
+    The breadcrumb's top is the H1 that opens the document (its first heading), else the title; that H1 is not
+    repeated below it, nor is a heading equal to the title. So a frontmatter title worded apart from the H1 gives
+    "PostgreSQL replication lag > Symptoms", not "PostgreSQL streaming replication lag > PostgreSQL replication lag
+    > Symptoms"; an alert runbook titled "Alertmanager Failed Reload" keeps its H1 "AlertmanagerFailedReload".
     """
+    lines = doc.body.splitlines()
+    first = _first_heading(lines)
+    top = first[1] if first is not None and first[0] == 1 else doc.title
     sections: list[tuple[list[str], str]] = []
-    stack: list[tuple[int, str | None]] = []  # (level, heading); None for the title heading
+    stack: list[tuple[int, str | None]] = []  # (level, heading); None for the H1 that is the top
     buffer: list[str] = []
     in_code = False
-    seen_heading = False
 
     def flush() -> None:
         text = "\n".join(buffer).strip()
         buffer.clear()
         if text:
-            crumb = [doc.title] + [h for _, h in stack if h is not None and h != doc.title]
+            crumb = [top] + [h for _, h in stack if h is not None and h not in (top, doc.title)]
             sections.append((crumb, text))
 
-    for line in doc.body.splitlines():
+    seen_heading = False
+    for line in lines:
         if is_fence(line):
             in_code = not in_code
         elif not in_code and (parsed := heading(line)):
@@ -98,6 +116,16 @@ def _sections(doc: KbDocument) -> list[tuple[list[str], str]]:
         buffer.append(line)
     flush()
     return sections
+
+
+def _first_heading(lines: list[str]) -> tuple[int, str] | None:
+    in_code = False
+    for line in lines:
+        if is_fence(line):
+            in_code = not in_code
+        elif not in_code and (parsed := heading(line)):
+            return parsed
+    return None
 
 
 def _blocks(text: str) -> list[str]:

@@ -94,7 +94,8 @@ def test_frontmatter_title_and_different_h1_give_one_title_in_breadcrumbs(tmp_pa
         "## Symptoms\n\nReplay lag grows.\n",
     )
     doc = load_knowledge_base(tmp_path).documents[0]
-    assert [c.breadcrumb_text for c in chunk_document(doc)] == ["PostgreSQL streaming replication lag > Symptoms"]
+    assert [c.breadcrumb_text for c in chunk_document(doc)] == ["PostgreSQL replication lag > Symptoms"]
+    assert doc.title == "PostgreSQL streaming replication lag"
 
 
 def test_title_from_first_h1_else_file_stem(tmp_path: Path) -> None:
