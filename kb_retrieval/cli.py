@@ -164,7 +164,7 @@ def read_queries(source: str, max_query_chars: int = 4000) -> list[QueryCase]:
     else:
         path = Path(source)
         if not path.is_file():
-            raise CliError(f"queries file not found: {path}")
+            raise CliError(f"queries file {'is not a file' if path.exists() else 'not found'}: {path}")
         try:
             name, text = source, path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
@@ -406,6 +406,8 @@ def _user_error_message(exc: Exception) -> str | None:
     }
     if isinstance(exc, KnowledgeBaseError | ValidationError) or type(exc).__name__ in names:
         return str(exc)
+    if isinstance(exc, OSError):  # a path that cannot be created or read, a permission, a full disk
+        return f"{exc.strerror or type(exc).__name__}: {exc.filename}" if exc.filename else str(exc)
     return None
 
 

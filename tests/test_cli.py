@@ -357,3 +357,12 @@ def test_stats_on_a_server_counts_the_chunks_right_after_an_ingest(milvus_server
     assert code == 0 and second["chunks_replaced"] > 0
     stats = json.loads(run(capsys, "stats", *where, "--json")[1])
     assert stats["chunks"] == second["chunks_updated"] + second["chunks_unchanged"]  # replaced rows not counted
+
+
+def test_unusable_state_dir_and_queries_path_are_one_line_errors(kb, tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    code, out, err = run(capsys, "ingest", str(kb), "--state-dir", str(blocker / "state"))
+    assert code == 2 and out == "" and "Not a directory" in err and "Traceback" not in err
+    code, _, err = run(capsys, "lookup", "--queries", str(tmp_path), "--state-dir", str(tmp_path / "s"))
+    assert code == 2 and f"queries file is not a file: {tmp_path}" in err
