@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 VectorStoreMode = Literal["auto", "vectorstore", "sdk"]
@@ -44,11 +44,81 @@ def mask_secrets(text: str, secrets: list[str] | tuple[str, ...] = ()) -> str:
     return text
 
 
-class Settings(BaseSettings):
-    """Configuration of ingest and lookup."""
+class ScoringSettings(BaseModel):
+    """Every weight and cut-off of the rule reranker, dedupe and result assembly, each with its reason.
+
+    Set one from the environment as ``KB_SCORING__<NAME>`` (e.g. ``KB_SCORING__BOOST_L0_TITLE=0.2``).
+    """
+
+    model_config = ConfigDict(validate_assignment=True)
+
+    boost_l0_title: float = Field(default=0.15, ge=0, le=1, description="The document's title was matched by L0.")
+    boost_l0_keyword: float = Field(
+        default=0.15, ge=0, le=1, description="A frontmatter keyword of the document (e.g. an alert name) matched."
+    )
+    boost_l0_entity: float = Field(default=0.05, ge=0, le=1, description="An entity of the document matched.")
+    boost_l0_category: float = Field(
+        default=0.03,
+        ge=0,
+        le=1,
+        description="The document's category is an L0 domain: weak, domains are wide.",
+    )
+    boost_breadcrumb: float = Field(
+        default=0.04, ge=0, le=1, description="A matched keyword or entity occurs in the chunk's breadcrumb."
+    )
+    boost_content: float = Field(
+        default=0.04, ge=0, le=1, description="A matched keyword or entity occurs in the chunk's text."
+    )
+    boost_title_terms: float = Field(
+        default=0.2,
+        ge=0,
+        le=1,
+        description="Times the L0 title coverage (0.5-1): the query holds much of the title, term by term "
+        "(0.15/0.2/0.3 tried on the public sets; 0.2 best).",
+    )
+    focus_saturation: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="Document focus (matched chunks / (chunks + 2)) at which the focus boost is full: among "
+        "focused documents more focus says nothing more.",
+    )
+    focus_padding: int = Field(
+        default=2, ge=0, description="Added to a document's chunk count: a one-chunk page is not all about a query."
+    )
+    relevance_high: float = Field(default=0.6, ge=0, le=1, description="Top similarity from which relevance is high.")
+    relevance_medium: float = Field(
+        default=0.45, ge=0, le=1, description="Top similarity from which relevance is medium (below: low)."
+    )
+    min_content_tokens: int = Field(
+        default=12, ge=1, description="A packed block needs room for at least this much content, else it is omitted."
+    )
+    l0_max_keyword_documents: int = Field(
+        default=3, ge=1, description="A keyword shared by more documents than this is too generic to be a hint."
+    )
+    l0_title_coverage_min: float = Field(
+        default=0.5, ge=0, le=1, description="Title coverage below this is not a hint (half the title at least)."
+    )
+    l0_title_coverage_limit: int = Field(default=20, ge=1, description="Title-coverage hints kept per query.")
+
+    def boosts(self) -> dict[str, float]:
+        """The rerank boosts by the names the rerank trace records."""
+        return {
+            "l0_title": self.boost_l0_title,
+            "l0_keyword": self.boost_l0_keyword,
+            "l0_entity": self.boost_l0_entity,
+            "l0_category": self.boost_l0_category,
+            "breadcrumb": self.boost_breadcrumb,
+            "content": self.boost_content,
+            "title_terms": self.boost_title_terms,
+        }
+
+
+class KBSettings(BaseSettings):
+    """Configuration of ingest and lookup (named apart from ``llama_index.core.Settings``; ``Settings`` is an alias)."""
 
     model_config = SettingsConfigDict(
-        env_prefix="KB_", extra="ignore", validate_assignment=True, hide_input_in_errors=True
+        env_prefix="KB_", extra="ignore", validate_assignment=True, hide_input_in_errors=True, env_nested_delimiter="__"
     )
 
     # --- where things live -------------------------------------------------------------------------------
@@ -189,6 +259,15 @@ class Settings(BaseSettings):
     doc_focus_weight: float = Field(
         default=0.45, ge=0, le=1, description="Boost by the share of a document's chunks among the candidates."
     )
+    lookup_timeout_s: float = Field(
+        default=20.0,
+        gt=0,
+        description="One deadline for a whole lookup: every Milvus call gets what is left of it (at most "
+        "milvus_search_timeout_s), and an attempt that would start after it is skipped.",
+    )
+    retriever_workers: int = Field(
+        default=8, ge=1, le=64, description="Threads that run lookups for async callers (aretrieve, aquery)."
+    )
     context_budget_tokens: int = Field(default=1200, ge=64, description="Token budget of the context pack.")
     max_query_chars: int = Field(default=4000, ge=16, description="Longer queries are truncated (noted).")
     trace_content_chars: int = Field(default=160, ge=0, description="Content preview kept in trace rows.")
@@ -196,6 +275,14 @@ class Settings(BaseSettings):
     # --- sidecar (comparison only) -----------------------------------------------------------------------
     sidecar_enabled: bool = Field(default=False, description="Run the stock LlamaIndex retriever beside.")
     sidecar_timeout_s: float = Field(default=5.0, gt=0)
+    sidecar_factory: str = Field(
+        default="sidecar.runner:SidecarRunner",
+        description="'module:Factory' creating the comparison runner when the sidecar is enabled (called with the "
+        "settings and the embedding model); the core imports it only then.",
+    )
+
+    # --- scoring ---------------------------------------------------------------------------------------
+    scoring: ScoringSettings = Field(default_factory=ScoringSettings)
 
     @field_validator("metric", mode="before")
     @classmethod
@@ -209,7 +296,7 @@ class Settings(BaseSettings):
         return "vectorstore" if value == "spring-ai" else value
 
     @model_validator(mode="after")
-    def _overlap_below_size(self) -> Settings:
+    def _overlap_below_size(self) -> KBSettings:
         if self.chunk_overlap >= self.chunk_tokens:
             raise ValueError(f"chunk_overlap ({self.chunk_overlap}) must be below chunk_tokens ({self.chunk_tokens})")
         return self
@@ -252,3 +339,7 @@ class Settings(BaseSettings):
     def l0_index_path(self) -> Path:
         """Where the L0 index of this collection is persisted."""
         return self.state_dir / "l0" / f"{self.collection}.json"
+
+
+#: The former name, kept as an alias.
+Settings = KBSettings

@@ -29,6 +29,7 @@ class ScoreLabel(str, Enum):
     COSINE = "cosine_similarity"
     IP = "ip_similarity"
     L2 = "l2_distance"
+    EXTERNAL = "external_score"  # a node from another retriever: its score's semantics are that retriever's
 
     @classmethod
     def for_metric(cls, metric: str) -> ScoreLabel:
@@ -38,6 +39,8 @@ class ScoreLabel(str, Enum):
 class EvidenceStatus(str, Enum):
     OK = "ok"
     NO_EVIDENCE = "no_evidence"
+    #: Milvus could not be searched (every attempt failed): an outage, not an empty knowledge base.
+    UNAVAILABLE = "knowledge_base_unavailable"
 
 
 # --- query transform -------------------------------------------------------------------------------------
@@ -92,7 +95,7 @@ class Candidate(Contract):
     chunk_count: int | None = Field(default=None, description="How many chunks the candidate's document has.")
     score: float = Field(description="The raw value the path returned.")
     score_label: ScoreLabel
-    path: Literal["vectorstore", "sdk"]
+    path: Literal["vectorstore", "sdk", "external"]
     similarity: float = Field(ge=0.0, le=1.0, description="Normalised similarity used by every threshold.")
     doc_hash: str | None = Field(default=None, description="Content hash of the document version of the chunk.")
     ingested_at: float | None = Field(default=None, description="When ingest wrote the chunk (Unix seconds).")

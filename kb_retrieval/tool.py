@@ -1,46 +1,62 @@
 """The ``lookup_knowledge`` FunctionTool: the explicit tool boundary an agent calls with one ``query`` argument.
 
-Nothing is injected into responses implicitly: the agent decides to call the tool, and what it reads back is
-derived from the evidence blocks and the context pack. Errors never escape to the agent as exceptions: an empty
-query or an unexpected failure comes back as a short text saying what was wrong.
+Nothing is injected into responses implicitly: the agent decides to call the tool, and what it reads back (the
+``ToolOutput``'s content) is derived from the evidence blocks and the context pack. The ``ToolOutput``'s
+``raw_output`` is the whole :class:`~kb_retrieval.models.LookupResult`, for code that handles the tool call.
+Errors never escape to the agent as exceptions: an empty query or an unexpected failure comes back as a short text
+saying what was wrong (``raw_output`` is then that text).
 
 Example:
-    >>> tool = make_lookup_tool(KnowledgeLookup(settings))  # doctest: +SKIP
+    >>> tool = lookup.as_tool()  # doctest: +SKIP
     >>> agent = FunctionAgent(tools=[tool], llm=llm)  # doctest: +SKIP
+    >>> tool.call(query="etcd has no leader").raw_output.evidence_blocks[0].source  # doctest: +SKIP
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: the tool's schema is built from the live annotations.
 import logging
-from typing import TYPE_CHECKING
+from typing import Annotated
 
-from llama_index.core.tools import FunctionTool
+from llama_index.core.tools import FunctionTool, ToolOutput
+from pydantic import Field
 
-from kb_retrieval.engine import agent_text
+from kb_retrieval.models import LookupResult
+from kb_retrieval.result import SupportsLookup, agent_text
 from kb_retrieval.retrieval.query_transform import EmptyQueryError
-
-if TYPE_CHECKING:
-    from kb_retrieval.engine import KnowledgeLookup
 
 log = logging.getLogger(__name__)
 
 TOOL_NAME = "lookup_knowledge"
 TOOL_DESCRIPTION = (
     "Look up the ops/SRE knowledge base (runbooks, FAQs) for a question or an alert text. "
-    "Returns evidence blocks with source, title, breadcrumb and hit reasons, or says that no evidence was found. "
-    "Argument: query (the question or the alert's name, summary and description)."
+    "Returns evidence blocks with source, title, breadcrumb and hit reasons, or says that no evidence was found "
+    "(or that the knowledge base could not be reached)."
+)
+QUERY_DESCRIPTION = (
+    "The question, or the alert as received: its name, summary and description with label values "
+    "(e.g. 'KubePodCrashLooping: pod payments/api-7f9 is restarting 3 times / 5 minutes')."
 )
 
 
-def make_lookup_tool(lookup: KnowledgeLookup) -> FunctionTool:
-    def lookup_knowledge(query: str) -> str:
+def make_lookup_tool(lookup: SupportsLookup) -> FunctionTool:
+    def lookup_knowledge(query: Annotated[str, Field(description=QUERY_DESCRIPTION)]) -> LookupResult | str:
         """Look up the knowledge base for a question or an alert text."""
         try:
-            return agent_text(lookup.lookup(query))
+            return lookup.lookup(query)
         except EmptyQueryError as exc:
             return f"lookup_knowledge error: {exc}"
         except Exception as exc:  # the agent gets a message, never a stack trace
             log.exception("lookup_knowledge failed")
             return f"lookup_knowledge error: the lookup failed ({type(exc).__name__}); no evidence returned."
 
-    return FunctionTool.from_defaults(fn=lookup_knowledge, name=TOOL_NAME, description=TOOL_DESCRIPTION)
+    def to_output(raw: LookupResult | str) -> ToolOutput | None:
+        # The agent reads the evidence text; code handling the call gets the structured result as raw_output.
+        if isinstance(raw, LookupResult):
+            query = raw.query_transform.original_query
+            return ToolOutput(
+                content=agent_text(raw), tool_name=TOOL_NAME, raw_input={"kwargs": {"query": query}}, raw_output=raw
+            )
+        return None
+
+    return FunctionTool.from_defaults(
+        fn=lookup_knowledge, name=TOOL_NAME, description=TOOL_DESCRIPTION, callback=to_output
+    )

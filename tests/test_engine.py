@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -24,7 +25,7 @@ class EmptyPath:
 
     name = "sdk"
 
-    def search(self, embedding, top_k, filter_expr) -> L1Search:
+    def search(self, embedding, top_k, filter_expr, timeout=None) -> L1Search:
         return L1Search(candidates=[], path="sdk")
 
 
@@ -245,6 +246,48 @@ def test_filtered_below_reference_retries_unfiltered(sample_settings, embed_mode
     assert trace.attempts[1].filtered is False and trace.attempts[1].query == result.query_transform.normalized_query
     assert trace.selected_attempt == 2
     assert _details(lookup)["fallback_reason"] == "filtered_vector_low_quality"
+
+
+class HungPath:
+    """A vector-store path whose server never answers: each call takes its whole timeout, then fails."""
+
+    name = "sdk"
+
+    def __init__(self) -> None:
+        self.timeouts: list[float] = []
+
+    def search(self, embedding, top_k, filter_expr, timeout=None) -> L1Search:
+        self.timeouts.append(timeout)
+        time.sleep(timeout or 0)
+        raise TimeoutError("DEADLINE_EXCEEDED (fake)")
+
+
+def test_one_deadline_bounds_the_whole_lookup(sample_settings, embed_model):
+    settings = sample_settings.model_copy(update={"lookup_timeout_s": 1.0, "milvus_search_timeout_s": 10.0})
+    path = HungPath()
+    lookup = KnowledgeLookup(settings, embed_model=embed_model, path=path)
+    started = time.monotonic()
+    result = lookup.lookup(ALERT)  # filtered first: a retry would follow
+    seconds = time.monotonic() - started
+    assert seconds < 2.0, seconds  # not 2 attempts x 10 s
+    assert len(path.timeouts) == 1 and path.timeouts[0] <= 1.0
+    assert [a.outcome for a in result.retrieval_trace.attempts] == ["error", "skipped"]
+    assert result.evidence_status is EvidenceStatus.UNAVAILABLE and not result.found
+    assert _details(lookup)["retrieval_trace"]["attempts"][1]["outcome"] == "skipped"
+
+
+def test_failed_searches_are_an_outage_not_an_empty_answer(sample_settings, embed_model):
+    class DownPath:
+        name = "sdk"
+
+        def search(self, embedding, top_k, filter_expr, timeout=None) -> L1Search:
+            raise ConnectionError("Fail connecting to server (fake)")
+
+    lookup = KnowledgeLookup(sample_settings, embed_model=embed_model, path=DownPath())
+    result = lookup.lookup(ALERT)
+    assert result.evidence_status is EvidenceStatus.UNAVAILABLE and result.found is False
+    assert result.message.startswith("The knowledge base could not be searched")
+    assert lookup.traces.rows()[-1].evidence_status == "knowledge_base_unavailable"
 
 
 def test_both_attempts_fail(sample_settings, embed_model):

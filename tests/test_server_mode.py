@@ -53,8 +53,8 @@ def test_crafted_category_filter_on_server(server_settings, embed_model):
 
     embedding = embed_query(embed_model, "replication")
     for crafted in ['redis" or category != "', "mysql' || 1==1", 'x\\" or true or \\"']:
-        assert lookup.retriever.search(embedding, crafted).candidates == []
-    assert lookup.retriever.search(embedding, "mysql").candidates
+        assert lookup.dense.search(embedding, crafted).candidates == []
+    assert lookup.dense.search(embedding, "mysql").candidates
 
 
 # --- Milvus state on a server: the index, the L0 index for every host, concurrent ingests, the index version -------

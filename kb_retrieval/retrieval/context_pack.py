@@ -12,10 +12,12 @@ Example:
 
 from __future__ import annotations
 
+from llama_index.core.instrumentation import get_dispatcher
+
 from kb_retrieval.knowledge.text import count_tokens, truncate_to_tokens
 from kb_retrieval.models import ContextPack, ContextPackSummary, EvidenceBlock, PackedBlock
 
-MIN_CONTENT_TOKENS = 12
+MIN_CONTENT_TOKENS = 12  # the default of Settings.scoring.min_content_tokens
 TRUNCATION_MARK = " [...]"
 
 
@@ -30,7 +32,13 @@ def block_header(index: int, block: EvidenceBlock | PackedBlock) -> str:
     return "\n".join(lines) + "\n"
 
 
-def pack_context(blocks: list[EvidenceBlock], budget_tokens: int) -> ContextPack:
+dispatcher = get_dispatcher(__name__)
+
+
+@dispatcher.span
+def pack_context(
+    blocks: list[EvidenceBlock], budget_tokens: int, min_content_tokens: int = MIN_CONTENT_TOKENS
+) -> ContextPack:
     packed: list[PackedBlock] = []
     texts: list[str] = []
     used = 0
@@ -41,7 +49,7 @@ def pack_context(blocks: list[EvidenceBlock], budget_tokens: int) -> ContextPack
         header = block_header(len(packed) + 1, block)
         header_tokens = count_tokens(header)
         room = budget_tokens - used - header_tokens
-        if room < MIN_CONTENT_TOKENS:
+        if room < min_content_tokens:
             omitted.append(block.source)
             continue
         content = block.content

@@ -1,13 +1,20 @@
-"""Stage 3b: keep one block per source identity, merging the hit reasons of every path that found it."""
+"""Stage 3b: keep one node per source, merging the hit reasons of every chunk that found it.
+
+Works on any ``NodeWithScore`` (a stock node's source comes from ``source``, ``ref_doc_id`` or ``file_path``). The
+kept node remembers the document's other matched chunks (``StageData.sections``), which the document expander
+uses to show the agent every matched section.
+
+Example:
+    >>> SourceDeduplicator(focus_weight=0.45).postprocess_nodes(nodes)  # doctest: +SKIP
+"""
 
 from __future__ import annotations
 
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
+from pydantic import Field
 
-from kb_retrieval.retrieval.l1.retriever import node_candidate
-
-FOCUS_SATURATION = 0.5
+from kb_retrieval.retrieval.stage import Boost, HitKind, RerankRecord, StageData, stage_of, write_stage
 
 
 class SourceDeduplicator(BaseNodePostprocessor):
@@ -18,7 +25,9 @@ class SourceDeduplicator(BaseNodePostprocessor):
     it, while a catch-all page of many short sections on other things matches with one or two of them.
     """
 
-    focus_weight: float = 0.0
+    focus_weight: float = Field(default=0.0, ge=0, le=1, description="Weight of the document-focus boost.")
+    focus_saturation: float = Field(default=0.5, gt=0, le=1, description="Focus at which the boost is full.")
+    focus_padding: int = Field(default=2, ge=0, description="Added to a document's chunk count.")
 
     @classmethod
     def class_name(cls) -> str:
@@ -27,34 +36,37 @@ class SourceDeduplicator(BaseNodePostprocessor):
     def _postprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
-        kept: dict[str, NodeWithScore] = {}
+        kept: dict[str, tuple[NodeWithScore, StageData]] = {}
         for node in sorted(nodes, key=lambda n: (-(n.score or 0.0), n.node.node_id)):
-            source = node_candidate(node).source
-            reasons = list(node.node.metadata.get("rerank", {}).get("hit_reasons", []))
+            stage = stage_of(node)
+            source = stage.candidate.source
             if source not in kept:
-                kept[source] = node
-                node.node.metadata.setdefault("rerank", {})["hit_reasons"] = reasons
-                node.node.metadata["merged_chunks"] = 1
+                stage.merged_chunks = 1
+                stage.sections = []
+                kept[source] = (node, stage)
                 continue
-            best = kept[source]
-            merged = best.node.metadata["rerank"]["hit_reasons"]
-            # Another chunk adds a reason only of a kind the kept block lacks (e.g. the L0 keyword matched in a
-            # sibling section); its semantic score or a second content match is not new information.
-            kinds = {r.split(":", 1)[0] for r in merged}
-            for reason in reasons:
-                kind = reason.split(":", 1)[0]
-                if kind not in kinds and kind != "l1_semantic":
-                    merged.append(reason)
-                    kinds.add(kind)
-            best.node.metadata["merged_chunks"] += 1
-        if self.focus_weight > 0:
-            for node in kept.values():
-                total = node_candidate(node).chunk_count or 0
-                if total > 0:
-                    # +2: a one- or two-chunk page is not "all about" the query because its one chunk matched.
-                    # Saturating at FOCUS_SATURATION: among focused documents the focus says nothing more.
-                    focus = node.node.metadata["merged_chunks"] / (total + 2)
-                    boost = round(self.focus_weight * min(1.0, focus / FOCUS_SATURATION), 6)
-                    node.node.metadata["rerank"].setdefault("boosts", {})["doc_focus"] = boost
-                    node.score = round((node.score or 0.0) + boost, 6)
-        return sorted(kept.values(), key=lambda n: (-(n.score or 0.0), n.node.node_id))
+            best = kept[source][1]
+            if best.rerank is not None and stage.rerank is not None:
+                # Another chunk adds a reason only of a kind the kept block lacks (e.g. the L0 keyword matched in a
+                # sibling section); its semantic score or a second content match is not new information.
+                kinds = best.rerank.kinds()
+                for reason in stage.rerank.hit_reasons:
+                    if reason.kind not in kinds and reason.kind is not HitKind.L1_SEMANTIC:
+                        best.rerank.hit_reasons.append(reason)
+                        kinds.add(reason.kind)
+            best.merged_chunks += 1
+            best.sections.append(stage.candidate)
+        for node, stage in kept.values():
+            total = stage.candidate.chunk_count or 0
+            if self.focus_weight > 0 and total > 0:
+                # Padding: a one- or two-chunk page is not "all about" the query because its one chunk matched.
+                # Saturating: among focused documents the focus says nothing more.
+                focus = stage.merged_chunks / (total + self.focus_padding)
+                boost = round(self.focus_weight * min(1.0, focus / self.focus_saturation), 6)
+                if stage.rerank is None:
+                    base = stage.candidate.similarity
+                    stage.rerank = RerankRecord(base_score=base, evidence_score=float(node.score or base))
+                stage.rerank.boosts[Boost.DOC_FOCUS.value] = boost
+                node.score = round((node.score or 0.0) + boost, 6)
+            write_stage(node, stage)
+        return sorted((n for n, _ in kept.values()), key=lambda n: (-(n.score or 0.0), n.node.node_id))

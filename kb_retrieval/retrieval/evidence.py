@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.schema import NodeWithScore
 
 from kb_retrieval.models import EvidenceBlock
-from kb_retrieval.retrieval.l1.retriever import node_candidate
+from kb_retrieval.retrieval.stage import stage_of
+
+dispatcher = get_dispatcher(__name__)
 
 
+@dispatcher.span
 def build_evidence_blocks(
     nodes: list[NodeWithScore], *, evidence_threshold: float, max_blocks: int
 ) -> list[EvidenceBlock]:
@@ -15,26 +19,28 @@ def build_evidence_blocks(
 
     The evidence score is the L1 similarity plus the boosts of L0 hints that this L1 candidate matched: an L1 chunk
     corroborated by an exact alert-name or title match is usable at a lower similarity. The content always comes
-    from L1; an L0 match alone never makes a block.
+    from L1; an L0 match alone never makes a block. A node without a rerank record is judged on its score.
 
-    A block's layer is ``L0+L1`` when an L0 hint contributed to it (an ``l0_*`` hit reason), else ``L1``.
+    A block's layer is ``L0+L1`` when an L0 hint contributed to it, else ``L1``.
     """
     blocks: list[EvidenceBlock] = []
     for node in nodes:
-        candidate = node_candidate(node)
-        if node.node.metadata.get("rerank", {}).get("evidence_score", node.score or 0.0) < evidence_threshold:
+        stage = stage_of(node)
+        record = stage.rerank
+        evidence_score = record.evidence_score if record is not None else float(node.score or 0.0)
+        if evidence_score < evidence_threshold:
             continue
-        reasons = list(node.node.metadata.get("rerank", {}).get("hit_reasons", []))
-        uses_l0 = any(r.startswith(("l0_", "breadcrumb_match", "content_match")) for r in reasons)
+        reasons = record.hit_reasons if record is not None else []
+        candidate = stage.candidate
         blocks.append(
             EvidenceBlock(
                 source=candidate.source,
                 title=candidate.title,
                 breadcrumb=candidate.breadcrumb,
                 category=candidate.category,
-                retrieval_layer="L0+L1" if uses_l0 else "L1",
+                retrieval_layer="L0+L1" if any(r.kind.from_l0 for r in reasons) else "L1",
                 content=candidate.content,
-                hit_reasons=reasons,
+                hit_reasons=[str(r) for r in reasons],
                 score=round(float(node.score or 0.0), 6),
                 similarity=round(candidate.similarity, 6),
             )

@@ -133,8 +133,16 @@ def _by_first_word(phrases: dict[tuple[str, ...], set[str]]) -> dict[str, list[t
 class L0HintProvider:
     """Precomputed phrase tables over an :class:`L0Index`; ``hints(query)`` is pure and thread-safe."""
 
-    def __init__(self, index: L0Index, max_keyword_documents: int = 3) -> None:
+    def __init__(
+        self,
+        index: L0Index,
+        max_keyword_documents: int = 3,
+        title_coverage_min: float = 0.5,
+        title_coverage_limit: int = 20,
+    ) -> None:
         self.index = index
+        self.title_coverage_min = title_coverage_min
+        self.title_coverage_limit = title_coverage_limit
         keyword_docs: dict[tuple[str, ...], set[str]] = defaultdict(set)
         entity_docs: dict[tuple[str, ...], set[str]] = defaultdict(set)
         self._keyword_text: dict[tuple[str, ...], str] = {}
@@ -174,10 +182,12 @@ class L0HintProvider:
         # Sums in sorted order: set order varies between processes (hash seeds), float sums with it.
         self._title_weight = {s: sum(self._term_idf[t] for t in sorted(terms)) for s, terms in title_sets.items()}
 
-    def title_coverage(self, query: str, minimum: float = 0.5, limit: int = 20) -> dict[str, float]:
+    def title_coverage(self, query: str, minimum: float | None = None, limit: int | None = None) -> dict[str, float]:
         """Per document, the share of its title (terms weighted by rarity) that the query holds, when at least
         ``minimum`` and with at least two terms shared: how far the query is *about* what the document is titled,
         word by word. The best ``limit``."""
+        minimum = self.title_coverage_min if minimum is None else minimum
+        limit = self.title_coverage_limit if limit is None else limit
         shared: dict[str, list[str]] = defaultdict(list)
         for term in title_terms(query):
             for source in self._term_sources.get(term, ()):

@@ -6,15 +6,20 @@ Exactly one nonblank L0 domain becomes a category filter; zero or several mean n
 
 from __future__ import annotations
 
+from llama_index.core.instrumentation import get_dispatcher
+
 from kb_retrieval.knowledge.text import clean_text
 from kb_retrieval.models import L0Hints, QueryTransform
 from kb_retrieval.retrieval.l0_hints import L0HintProvider
+
+dispatcher = get_dispatcher(__name__)
 
 
 class EmptyQueryError(ValueError):
     """The query is empty or only whitespace/control characters."""
 
 
+@dispatcher.span
 def transform_query(query: str, l0: L0HintProvider | None, max_query_chars: int) -> QueryTransform:
     if not isinstance(query, str):
         raise EmptyQueryError(f"query must be a string, got {type(query).__name__}")

@@ -15,30 +15,33 @@ candidate's metadata or content. The hint becomes a *hit reason* on the candidat
 |               | ``title_terms`` x the L0 title coverage (0.5 to 1.0)               |         |
 | lexical       | BM25 found the chunk: ``lexical_weight`` x its BM25 score relative | 0.2     |
 |               | to the query's best lexical hit (1.0 for the best)                 |         |
+
+The weights are ``Settings.scoring`` (``KB_SCORING__BOOST_*``) and ``lexical_weight``. The per-query context comes
+with the call: a :class:`~kb_retrieval.retrieval.hybrid.LookupQuery` carries the L0 hints of the lookup; with a
+plain ``QueryBundle`` (a stock pipeline) the hints are computed from the query string by the ``l0`` provider when
+one is configured. Nodes of any retriever are accepted (see :func:`~kb_retrieval.retrieval.stage.stage_of`).
+
+Example:
+    >>> reranker = RuleReranker(l0=lookup.l0)  # doctest: +SKIP
+    >>> VectorStoreIndex(nodes).as_query_engine(node_postprocessors=[reranker])  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-from typing import Any
-
+from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRankStartEvent
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 from pydantic import Field
 
+from kb_retrieval.config import ScoringSettings
 from kb_retrieval.knowledge.text import words
 from kb_retrieval.models import Candidate, L0Hints
-from kb_retrieval.retrieval.l1.retriever import node_candidate
+from kb_retrieval.retrieval.hybrid import LookupQuery
+from kb_retrieval.retrieval.l0_hints import L0HintProvider
+from kb_retrieval.retrieval.stage import RANKING_ONLY, Boost, HitKind, HitReason, RerankRecord, stage_of, write_stage
 
-DEFAULT_BOOSTS: dict[str, float] = {
-    "l0_title": 0.15,
-    "l0_keyword": 0.15,
-    "l0_entity": 0.05,
-    "l0_category": 0.03,
-    "breadcrumb": 0.04,
-    "content": 0.04,
-    "title_terms": 0.2,
-}
-RANKING_ONLY = frozenset({"lexical", "title_terms"})  # they order candidates; whether any answers is not theirs
+dispatcher = get_dispatcher(__name__)
 
 
 def _phrases(items: list[str]) -> list[tuple[str, ...]]:
@@ -51,78 +54,108 @@ def _has_phrase(text_words: list[str], phrase: tuple[str, ...]) -> bool:
 
 
 class RuleReranker(BaseNodePostprocessor):
-    """Rerank L1 candidates with L0 hint signals; ``metadata['rerank']`` records base score, boosts, hit reasons."""
+    """Rerank candidates with L0 hint and lexical signals; each node's stage data records base score, boosts and
+    hit reasons."""
 
-    hints: L0Hints = Field(default_factory=L0Hints)
-    boosts: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_BOOSTS))
-    lexical_scores: dict[str, float] = Field(default_factory=dict, description="chunk id -> relative BM25 score")
-    lexical_weight: float = 0.2
+    boosts: dict[str, float] = Field(
+        default_factory=lambda: ScoringSettings().boosts(), description="Boost name -> weight (Settings.scoring)."
+    )
+    lexical_weight: float = Field(default=0.2, ge=0, le=1, description="Boost of the best BM25 hit.")
+    l0: L0HintProvider | None = Field(
+        default=None, exclude=True, description="Computes hints when the query bundle carries none."
+    )
 
     @classmethod
     def class_name(cls) -> str:
         return "RuleReranker"
 
+    def hints_for(self, query_bundle: QueryBundle | None) -> L0Hints:
+        """The lookup's hints when the bundle carries them; else computed by ``l0``; else none."""
+        if isinstance(query_bundle, LookupQuery) and query_bundle.transform is not None:
+            return query_bundle.transform.hints
+        if query_bundle is not None and self.l0 is not None and query_bundle.query_str.strip():
+            return self.l0.hints(query_bundle.query_str)
+        return L0Hints()
+
     def _postprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
-        titles = {t.lower() for t in self.hints.matched_titles}
-        keywords = {tuple(words(k)) for k in self.hints.matched_keywords}
-        entities = {tuple(words(e)) for e in self.hints.entities}
-        domains = {d.lower() for d in self.hints.domains}
-        signals = _phrases(self.hints.matched_keywords + self.hints.entities)
+        dispatcher.event(
+            ReRankStartEvent(query=query_bundle, nodes=nodes, top_n=len(nodes), model_name=self.class_name())
+        )
+        hints = self.hints_for(query_bundle)
+        titles = {t.lower() for t in hints.matched_titles}
+        keywords = {tuple(words(k)) for k in hints.matched_keywords}
+        entities = {tuple(words(e)) for e in hints.entities}
+        domains = {d.lower() for d in hints.domains}
+        signals = _phrases(hints.matched_keywords + hints.entities)
         for node in nodes:
-            candidate = node_candidate(node)
-            applied, reasons = self._signals(candidate, titles, keywords, entities, domains, signals)
-            if (lexical := self.lexical_scores.get(candidate.chunk_id)) is not None and self.lexical_weight > 0:
-                applied["lexical"] = round(self.lexical_weight * lexical, 6)
-                reasons.append(f"lexical_bm25:{lexical:.3f}")
+            stage = stage_of(node)
+            candidate = stage.candidate = self._known(stage.candidate)
+            applied, reasons = self._signals(candidate, hints, titles, keywords, entities, domains, signals)
+            if (lexical := stage.lexical_score) is not None and self.lexical_weight > 0:
+                applied[Boost.LEXICAL.value] = round(self.lexical_weight * lexical, 6)
+                reasons.append(HitReason(kind=HitKind.LEXICAL_BM25, detail=f"{lexical:.3f}"))
             base = candidate.similarity
             node.score = round(base + sum(applied.values()), 6)
-            node.node.metadata["rerank"] = {
-                "base_score": round(base, 6),
+            stage.rerank = RerankRecord(
+                base_score=round(base, 6),
                 # What evidence usability is judged on: BM25 is relative to the query's best hit and title terms
                 # are partial word overlap, so they rank candidates but say nothing about whether any answers.
-                "evidence_score": round(base + sum(v for k, v in applied.items() if k not in RANKING_ONLY), 6),
-                "boosts": applied,
-                "hit_reasons": [f"l1_semantic:{base:.3f}", *reasons],
+                evidence_score=round(base + sum(v for k, v in applied.items() if k not in RANKING_ONLY), 6),
+                boosts=applied,
+                hit_reasons=[HitReason(kind=HitKind.L1_SEMANTIC, detail=f"{base:.3f}"), *reasons],
+            )
+            write_stage(node, stage)
+        ranked = sorted(nodes, key=lambda n: (-(n.score or 0.0), n.node.node_id))
+        dispatcher.event(ReRankEndEvent(nodes=ranked))
+        return ranked
+
+    def _known(self, c: Candidate) -> Candidate:
+        """A stock node of a document the L0 index knows gets that document's title, keywords, entities, category."""
+        if c.path != "external" or self.l0 is None or (entry := self.l0.index.documents.get(c.source)) is None:
+            return c
+        return c.model_copy(
+            update={
+                "title": entry.title,
+                "keywords": c.keywords or entry.keywords,
+                "entities": c.entities or entry.entities,
+                "category": c.category or entry.category,
             }
-        return sorted(nodes, key=lambda n: (-(n.score or 0.0), n.node.node_id))
+        )
 
     def _signals(
         self,
         c: Candidate,
+        hints: L0Hints,
         titles: set[str],
         keywords: set[tuple[str, ...]],
         entities: set[tuple[str, ...]],
         domains: set[str],
         signals: list[tuple[str, ...]],
-    ) -> tuple[dict[str, float], list[str]]:
+    ) -> tuple[dict[str, float], list[HitReason]]:
         applied: dict[str, float] = {}
-        reasons: list[str] = []
+        reasons: list[HitReason] = []
 
-        def add(name: str, reason: str) -> None:
-            applied[name] = self.boosts.get(name, 0.0)
-            reasons.append(reason)
+        def add(boost: Boost, kind: HitKind, detail: str) -> None:
+            applied[boost.value] = self.boosts.get(boost.value, 0.0)
+            reasons.append(HitReason(kind=kind, detail=detail))
 
-        if (coverage := self.hints.title_coverage.get(c.source)) is not None:
-            applied["title_terms"] = round(self.boosts.get("title_terms", 0.0) * coverage, 6)
-            reasons.append(f"l0_title_terms:{coverage:.2f}")
+        if (coverage := hints.title_coverage.get(c.source)) is not None:
+            applied[Boost.TITLE_TERMS.value] = round(self.boosts.get(Boost.TITLE_TERMS.value, 0.0) * coverage, 6)
+            reasons.append(HitReason(kind=HitKind.L0_TITLE_TERMS, detail=f"{coverage:.2f}"))
         if c.title and c.title.lower() in titles:
-            add("l0_title", f"l0_title:{c.title}")
+            add(Boost.L0_TITLE, HitKind.L0_TITLE, c.title)
         if hit := next((k for k in c.keywords if tuple(words(k)) in keywords), None):
-            add("l0_keyword", f"l0_keyword:{hit}")
+            add(Boost.L0_KEYWORD, HitKind.L0_KEYWORD, hit)
         if hit := next((e for e in c.entities if tuple(words(e)) in entities), None):
-            add("l0_entity", f"l0_entity:{hit}")
+            add(Boost.L0_ENTITY, HitKind.L0_ENTITY, hit)
         if c.category and c.category.lower() in domains:
-            add("l0_category", f"l0_category:{c.category}")
+            add(Boost.L0_CATEGORY, HitKind.L0_CATEGORY, c.category)
         crumb = words(c.breadcrumb or "")
         if hit_phrase := next((p for p in signals if _has_phrase(crumb, p)), None):
-            add("breadcrumb", f"breadcrumb_match:{' '.join(hit_phrase)}")
+            add(Boost.BREADCRUMB, HitKind.BREADCRUMB_MATCH, " ".join(hit_phrase))
         body = words(c.content)
         if hit_phrase := next((p for p in signals if _has_phrase(body, p)), None):
-            add("content", f"content_match:{' '.join(hit_phrase)}")
+            add(Boost.CONTENT, HitKind.CONTENT_MATCH, " ".join(hit_phrase))
         return applied, reasons
-
-
-def rerank_record(node: NodeWithScore) -> dict[str, Any]:
-    return dict(node.node.metadata.get("rerank") or {})

@@ -76,7 +76,10 @@ def check_result(result: LookupResult, settings: Settings) -> None:
     assert summary.used_tokens <= settings.context_budget_tokens
     assert result.found == bool(result.evidence_blocks) == bool(result.context_pack.blocks)
     if not result.found:
-        assert result.evidence_status.value == "no_evidence"
+        failed = bool(result.retrieval_trace.attempts) and all(
+            a.outcome in ("error", "skipped") for a in result.retrieval_trace.attempts
+        )  # nothing could be searched: an outage, told apart from an empty answer
+        assert result.evidence_status.value == ("knowledge_base_unavailable" if failed else "no_evidence")
 
 
 # --- Milvus backends --------------------------------------------------------------------------------------------
@@ -197,13 +200,13 @@ class SearchRecord:
 
 
 class SearchSpy:
-    """Wraps ``lookup.retriever.search``: every L1 search of a lookup, per thread (the calls of one lookup)."""
+    """Wraps ``lookup.dense.search``: every L1 search of a lookup, per thread (the calls of one lookup)."""
 
     def __init__(self, lookup: KnowledgeLookup) -> None:
         self._local = threading.local()
         self.all: list[SearchRecord] = []
         self._lock = threading.Lock()
-        retriever: L1Retriever = lookup.retriever
+        retriever: L1Retriever = lookup.dense
         real = retriever.search
 
         def search(

@@ -31,7 +31,7 @@ from kb_retrieval.models import Candidate
 from kb_retrieval.retrieval.l1 import base as l1_base
 from kb_retrieval.retrieval.l1 import sdk as sdk_module
 from kb_retrieval.retrieval.l1 import vectorstore as vectorstore_module
-from kb_retrieval.retrieval.l1.retriever import node_candidate
+from kb_retrieval.retrieval.stage import stage_of
 from kb_retrieval.traces import TraceStore
 from tests.reliability.conftest import KNOWN_QUERIES, MilvusBackend, SearchSpy, check_result, write_kb
 
@@ -190,16 +190,19 @@ class MixCounter:
 class RerankSpy:
     """Records, per thread, the candidates each attempt hands to the reranker: dense plus lexical, as used."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+    def __init__(self, lookup: KnowledgeLookup) -> None:
         local = threading.local()
         self._local = local
 
         class Recording(engine.RuleReranker):
             def _postprocess_nodes(self, nodes: list[NodeWithScore], query_bundle: Any = None) -> list[NodeWithScore]:
-                local.attempts.append([node_candidate(n) for n in nodes])
+                local.attempts.append([stage_of(n).candidate for n in nodes])
                 return super()._postprocess_nodes(nodes, query_bundle)
 
-        monkeypatch.setattr(engine, "RuleReranker", Recording)
+        chain = lookup.attempts.postprocessors
+        first = chain[0]
+        assert isinstance(first, engine.RuleReranker)
+        chain[0] = Recording(boosts=first.boosts, lexical_weight=first.lexical_weight, l0=first.l0)
 
     def reset(self) -> None:
         self._local.attempts = []
@@ -250,7 +253,7 @@ def test_half_replaced_document_serves_one_version_the_newest(
     kb = write_kb(tmp_path / "kb", OTHERS)
     _ingest_with(settings, kb, 1, embed_model)
     lookup = KnowledgeLookup(settings, embed_model=embed_model, trace_store=TraceStore("sqlite://"))
-    spy, rerank = SearchSpy(lookup), RerankSpy(monkeypatch)
+    spy, rerank = SearchSpy(lookup), RerankSpy(lookup)
     with monkeypatch.context() as patch:
         patch.setattr(ingest_module, "_delete", lambda *args, **kwargs: None)
         _ingest_with(settings, kb, 2, embed_model)  # v2 written, v1 not deleted: both in the collection
@@ -275,7 +278,7 @@ def test_ingest_while_looking_up_never_mixes_versions(
     _ingest_with(settings, kb, 0, embed_model)
     model = MemoModel(embed_model, [QUERY])  # readers spend their time searching, not embedding
     lookup = KnowledgeLookup(settings, embed_model=model, trace_store=TraceStore("sqlite://"))
-    spy, rerank = SearchSpy(lookup), RerankSpy(monkeypatch)
+    spy, rerank = SearchSpy(lookup), RerankSpy(lookup)
     mixes = MixCounter(monkeypatch)
     real_delete = ingest_module._delete
 

@@ -253,7 +253,7 @@ def test_filter_is_escaped_on_both_paths_for_every_crafted_category(milvus_backe
             trace_store=TraceStore("sqlite://"),
         )
         for category in [CRAFTED, "x\\", "redis", "x", 'mysql" || true || "', "x\\\\", "redis\x00"]:
-            found = lookup.retriever.search(embedding, category).candidates
+            found = lookup.dense.search(embedding, category).candidates
             assert {c.category for c in found} <= {category}, (mode, category)
             expected = {"redis": 8, "x": 8, CRAFTED: 1, "x\\": 1}.get(category, 0)
             assert len({c.chunk_id for c in found}) == expected, (mode, category, len(found))

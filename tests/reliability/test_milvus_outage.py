@@ -24,7 +24,7 @@ import pytest
 from kb_retrieval.config import Settings
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing.ingest import ingest
-from kb_retrieval.models import LookupResult
+from kb_retrieval.models import EvidenceStatus, LookupResult
 from kb_retrieval.retrieval.l1 import AutoPath, SdkPath, VectorStorePath
 from kb_retrieval.tool import make_lookup_tool
 from kb_retrieval.traces import TraceStore
@@ -124,10 +124,13 @@ def test_stopped_server_fails_fast_then_the_same_lookups_recover(outage: Outage)
         assert "Fail connecting" in attempts[0].error or "unavailable" in attempts[0].error.lower(), attempts[0].error
         if mode == "auto":
             assert "vectorstore failed:" in attempts[0].error and "sdk failed:" in attempts[0].error
+        assert result.evidence_status is EvidenceStatus.UNAVAILABLE, mode  # an outage, not an empty answer
         row = lookup.traces.rows()[-1]
         assert row.found is False and row.retrieval_details["retrieval_trace"]["attempts"][0]["error"]
+        assert row.evidence_status == "knowledge_base_unavailable"
     tool_text = make_lookup_tool(outage.lookups["auto"]).call(query=QUERY).content
-    assert tool_text.startswith("No knowledge evidence was found") and "attempt 1: error" in tool_text
+    assert tool_text.startswith("The knowledge base could not be searched") and "attempt 1: error" in tool_text
+    assert "not an empty answer" in tool_text
 
     split, seconds = _timed(outage.split)  # its sdk path is on Milvus Lite: still serving
     assert _serves(split) and split.retrieval_trace.path_served == "sdk" and seconds < DOWN_BOUND_S
@@ -172,7 +175,9 @@ def test_hung_server_fails_within_the_search_deadline_then_recovers(outage: Outa
         result, seconds = results[mode]
         deadline = outage.settings.milvus_search_timeout_s
         assert result.found is False and seconds < len(result.retrieval_trace.attempts) * deadline + 5, seconds
-        assert all(a.outcome == "error" for a in result.retrieval_trace.attempts)
+        assert all(a.outcome in ("error", "skipped") for a in result.retrieval_trace.attempts)
+        assert result.evidence_status is EvidenceStatus.UNAVAILABLE
+        assert seconds < outage.settings.lookup_timeout_s + 3, seconds  # one deadline for the whole lookup
         assert "DEADLINE_EXCEEDED" in (result.retrieval_trace.attempts[0].error or ""), result.retrieval_trace
     recovered = _wait_until_serving(hung)
     assert set(recovered) == set(hung), recovered

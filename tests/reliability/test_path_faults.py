@@ -19,7 +19,7 @@ class Raising:
         self.exc = exc
         self.calls = 0
 
-    def search(self, embedding, top_k, filter_expr) -> L1Search:
+    def search(self, embedding, top_k, filter_expr, timeout=None) -> L1Search:
         self.calls += 1
         raise self.exc
 
@@ -59,7 +59,7 @@ def test_both_paths_down_is_found_false_with_both_errors_in_the_trace(known_kb, 
     for attempt in attempts:
         assert "vectorstore failed: ConnectionError: vectorstore: server unavailable" in attempt.error
         assert "sdk failed: ConnectionError: sdk: Fail connecting" in attempt.error
-    assert "attempt 1: error" in result.message
+    assert "attempt 1: error" in result.message and result.evidence_status.value == "knowledge_base_unavailable"
     assert result.trace_recorded
     details = lookup.traces.rows()[-1].retrieval_details
     assert "sdk failed" in details["retrieval_trace"]["attempts"][0]["error"]
@@ -71,7 +71,7 @@ def test_tool_returns_text_whatever_fails_below_it(known_kb, embed_model, tmp_pa
     tool = make_lookup_tool(_lookup(known_kb, embed_model, tmp_path, down))
     output = tool.call(query=QUERY)
     assert not output.is_error
-    assert output.content.startswith("No knowledge evidence was found")
+    assert output.content.startswith("The knowledge base could not be searched")
 
     class BrokenModel:  # a failure outside retrieval (the embedding model) is still text for the agent
         def get_query_embedding(self, text):
@@ -81,7 +81,7 @@ def test_tool_returns_text_whatever_fails_below_it(known_kb, embed_model, tmp_pa
 
     lookup = _lookup(known_kb, embed_model, tmp_path, down)
     lookup.query_embed_model = BrokenModel()  # type: ignore[assignment]
-    lookup.retriever.embed_model = lookup.query_embed_model
+    lookup.dense.embed_model = lookup.query_embed_model
     output = make_lookup_tool(lookup).call(query=QUERY)
     assert output.content == "lookup_knowledge error: the lookup failed (RuntimeError); no evidence returned."
     assert "CUDA" not in output.content  # no internals to the agent

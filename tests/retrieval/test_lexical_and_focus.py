@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from kb_retrieval.models import Candidate, L0Hints, ScoreLabel
+from kb_retrieval.models import Candidate, L0Hints, QueryTransform, ScoreLabel
 from kb_retrieval.retrieval.dedupe import SourceDeduplicator
 from kb_retrieval.retrieval.evidence import build_evidence_blocks
 from kb_retrieval.retrieval.filters import in_expr
-from kb_retrieval.retrieval.l1.retriever import candidate_node
+from kb_retrieval.retrieval.hybrid import LookupQuery
 from kb_retrieval.retrieval.lexical import LexicalIndex, with_identifier_parts
 from kb_retrieval.retrieval.rerank import RuleReranker
+from kb_retrieval.retrieval.stage import candidate_node, stage_of
 
 pytestmark = pytest.mark.unit
 
@@ -43,13 +44,24 @@ def test_lexical_finds_exact_vocabulary_and_respects_category():
     assert index.search("zzz unknown words", 5) == [] and LexicalIndex.build([]).search("x", 3) == []
 
 
+def with_hints(hints: L0Hints) -> LookupQuery:
+    transform = QueryTransform(original_query="q", normalized_query="q", hints=hints, filter_reason="test")
+    return LookupQuery(query_str="q", transform=transform)
+
+
+def record_of(node):
+    record = stage_of(node).rerank
+    assert record is not None
+    return record
+
+
 def test_lexical_boost_ranks_but_does_not_make_evidence():
-    nodes = [candidate_node(cand("a", "a.md", 0.40)), candidate_node(cand("b", "b.md", 0.45))]
-    ranked = RuleReranker(hints=L0Hints(), lexical_scores={"a": 1.0}, lexical_weight=0.2).postprocess_nodes(nodes)
+    nodes = [candidate_node(cand("a", "a.md", 0.40), lexical_score=1.0), candidate_node(cand("b", "b.md", 0.45))]
+    ranked = RuleReranker(lexical_weight=0.2).postprocess_nodes(nodes, query_bundle=with_hints(L0Hints()))
     assert [n.node.node_id for n in ranked] == ["a", "b"]  # 0.40 + 0.2 beats 0.45
-    record = ranked[0].node.metadata["rerank"]
-    assert record["boosts"] == {"lexical": 0.2} and "lexical_bm25:1.000" in record["hit_reasons"]
-    assert record["evidence_score"] == pytest.approx(0.40)  # BM25 is relative: not evidence of an answer
+    record = record_of(ranked[0])
+    assert record.boosts == {"lexical": 0.2} and "lexical_bm25:1.000" in [str(r) for r in record.hit_reasons]
+    assert record.evidence_score == pytest.approx(0.40)  # BM25 is relative: not evidence of an answer
     blocks = build_evidence_blocks(ranked, evidence_threshold=0.42, max_blocks=5)
     assert [b.source for b in blocks] == ["b.md"]
 
@@ -58,14 +70,15 @@ def test_focus_prefers_the_document_about_the_query():
     focused = [cand(f"r{i}", "runbook.md", 0.60, chunk_count=4) for i in range(3)]
     catch_all = [cand("x1", "catch-all.md", 0.66, chunk_count=40)]
     nodes = [candidate_node(c) for c in focused + catch_all]
-    ranked = RuleReranker(hints=L0Hints()).postprocess_nodes(nodes)
+    ranked = RuleReranker().postprocess_nodes(nodes, query_str="q")
     kept = SourceDeduplicator(focus_weight=0.45).postprocess_nodes(ranked)
-    assert [node.node.metadata["candidate"]["source"] for node in kept] == ["runbook.md", "catch-all.md"]
-    runbook, other = (n.node.metadata["rerank"]["boosts"]["doc_focus"] for n in kept)
+    assert [stage_of(node).candidate.source for node in kept] == ["runbook.md", "catch-all.md"]
+    runbook, other = (record_of(n).boosts["doc_focus"] for n in kept)
     assert runbook == pytest.approx(0.45) and other == pytest.approx(0.45 * (1 / 42) / 0.5, abs=1e-6)
-    assert kept[0].node.metadata["merged_chunks"] == 3
+    assert stage_of(kept[0]).merged_chunks == 3
+    assert [c.chunk_id for c in stage_of(kept[0]).sections] == ["r1", "r2"]
     without = SourceDeduplicator().postprocess_nodes([candidate_node(c) for c in focused + catch_all])
-    assert without[0].node.metadata["candidate"]["source"] == "catch-all.md"
+    assert stage_of(without[0]).candidate.source == "catch-all.md"
 
 
 def test_in_expr_escapes_every_value():
@@ -93,9 +106,10 @@ def test_identifiers_match_their_parts_and_stay_whole():
 def test_title_terms_boost_ranks_but_does_not_make_evidence():
     hints = L0Hints(title_coverage={"a.md": 0.8})
     nodes = [candidate_node(cand("a", "a.md", 0.40)), candidate_node(cand("b", "b.md", 0.50))]
-    ranked = RuleReranker(hints=hints, boosts={"title_terms": 0.2}).postprocess_nodes(nodes)
+    ranked = RuleReranker(boosts={"title_terms": 0.2}).postprocess_nodes(nodes, query_bundle=with_hints(hints))
     assert [n.node.node_id for n in ranked] == ["a", "b"]  # 0.40 + 0.2 x 0.8 beats 0.50
-    record = ranked[0].node.metadata["rerank"]
-    assert record["boosts"] == {"title_terms": pytest.approx(0.16)} and "l0_title_terms:0.80" in record["hit_reasons"]
-    assert record["evidence_score"] == pytest.approx(0.40)
+    record = record_of(ranked[0])
+    assert record.boosts == {"title_terms": pytest.approx(0.16)}
+    assert "l0_title_terms:0.80" in [str(r) for r in record.hit_reasons]
+    assert record.evidence_score == pytest.approx(0.40)
     assert [b.source for b in build_evidence_blocks(ranked, evidence_threshold=0.42, max_blocks=5)] == ["b.md"]

@@ -6,7 +6,9 @@ When both fail, the error raised names both failures, so the attempt's trace say
 from __future__ import annotations
 
 import logging
+import time
 
+from kb_retrieval.retrieval.deadline import MIN_CALL_S, DeadlineExceededError
 from kb_retrieval.retrieval.l1.base import L1Search, VectorPath
 
 log = logging.getLogger(__name__)
@@ -23,14 +25,20 @@ class AutoPath:
         self.preferred = preferred
         self.fallback = fallback
 
-    def search(self, embedding: list[float], top_k: int, filter_expr: str | None) -> L1Search:
+    def search(
+        self, embedding: list[float], top_k: int, filter_expr: str | None, timeout: float | None = None
+    ) -> L1Search:
+        started = time.monotonic()
         try:
-            return self.preferred.search(embedding, top_k, filter_expr)
+            return self.preferred.search(embedding, top_k, filter_expr, timeout)
         except Exception as exc:
             reason = f"{self.preferred.name} failed: {type(exc).__name__}: {_first_line(exc)}"
             log.warning("auto mode falling back to %s: %s", self.fallback.name, reason)
+        left = None if timeout is None else timeout - (time.monotonic() - started)
         try:
-            result = self.fallback.search(embedding, top_k, filter_expr)
+            if left is not None and left < MIN_CALL_S:
+                raise DeadlineExceededError("no time left for the fallback path (lookup_timeout_s)")
+            result = self.fallback.search(embedding, top_k, filter_expr, left)
         except Exception as exc:
             # Both halves short enough to survive the 500 characters the attempt's trace keeps of an error.
             raise AllPathsFailedError(

@@ -24,7 +24,11 @@ class L1Search:
 class VectorPath(Protocol):
     name: str
 
-    def search(self, embedding: list[float], top_k: int, filter_expr: str | None) -> L1Search: ...
+    def search(
+        self, embedding: list[float], top_k: int, filter_expr: str | None, timeout: float | None = None
+    ) -> L1Search:
+        """``timeout``: seconds this call may take (the lookup's remaining time); ``None``: the path's default."""
+        ...
 
 
 def output_fields(settings: Settings) -> list[str]:

@@ -2,7 +2,7 @@
 
 ``search`` is the pipeline's call (embedding given, optional category filter, path details returned);
 ``retrieve`` is the ordinary LlamaIndex face, returning ``NodeWithScore`` whose score is the normalised similarity
-and whose metadata carries the candidate with its raw score, score label and path.
+and whose stage data (:mod:`kb_retrieval.retrieval.stage`) carries the candidate with its raw score, label and path.
 """
 
 from __future__ import annotations
@@ -11,17 +11,17 @@ from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from llama_index.core.schema import NodeWithScore, QueryBundle
 from pymilvus import MilvusClient
 
 from kb_retrieval.config import Settings
 from kb_retrieval.indexing.embeddings import embed_query
-from kb_retrieval.models import Candidate
 from kb_retrieval.retrieval.filters import equals_expr, in_expr
 from kb_retrieval.retrieval.l1.auto import AutoPath
 from kb_retrieval.retrieval.l1.base import L1Search, VectorPath
 from kb_retrieval.retrieval.l1.sdk import SdkPath
 from kb_retrieval.retrieval.l1.vectorstore import VectorStorePath
+from kb_retrieval.retrieval.stage import candidate_node
 
 
 def make_path(settings: Settings, client: MilvusClient) -> VectorPath:
@@ -31,22 +31,6 @@ def make_path(settings: Settings, client: MilvusClient) -> VectorPath:
     if settings.vector_store_mode == "vectorstore":
         return VectorStorePath(settings)
     return AutoPath(VectorStorePath(settings), SdkPath(client, settings))
-
-
-def candidate_node(candidate: Candidate, score: float | None = None) -> NodeWithScore:
-    """A candidate as a LlamaIndex node; the candidate itself rides in ``metadata['candidate']``."""
-    node = TextNode(
-        id_=candidate.chunk_id,
-        text=candidate.content,
-        metadata={"candidate": candidate.model_dump(mode="json", exclude={"content"})},
-        excluded_embed_metadata_keys=["candidate"],
-        excluded_llm_metadata_keys=["candidate"],
-    )
-    return NodeWithScore(node=node, score=candidate.similarity if score is None else score)
-
-
-def node_candidate(node: NodeWithScore) -> Candidate:
-    return Candidate.model_validate({**node.node.metadata["candidate"], "content": node.node.get_content()})
 
 
 class L1Retriever(BaseRetriever):
@@ -81,10 +65,11 @@ class L1Retriever(BaseRetriever):
         category: str | None = None,
         top_k: int | None = None,
         ids: list[str] | None = None,
+        timeout: float | None = None,
     ) -> L1Search:
         """Dense search in Milvus; ``ids`` restricts it to those chunks (scoring lexical candidates in Milvus)."""
         limit = len(ids) if ids else top_k or self.settings.top_k
-        return self.path.search(embedding, limit, self.filter_expr(category, ids))
+        return self.path.search(embedding, limit, self.filter_expr(category, ids), timeout)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         embedding = query_bundle.embedding or embed_query(self.embed_model, query_bundle.query_str)

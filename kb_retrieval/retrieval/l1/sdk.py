@@ -7,13 +7,18 @@ on UNAVAILABLE, so the same client serves again once the server is back (tests/r
 
 from __future__ import annotations
 
+from llama_index.core.instrumentation import get_dispatcher
 from pymilvus import MilvusClient
 
 from kb_retrieval.config import Settings
 from kb_retrieval.retrieval.l1.base import L1Search, one_version_per_source, output_fields, to_candidate
 
+dispatcher = get_dispatcher(__name__)
+
 
 class SdkPath:
+    """Dense search through ``MilvusClient.search``."""
+
     name = "sdk"
 
     def __init__(self, client: MilvusClient, settings: Settings) -> None:
@@ -21,7 +26,10 @@ class SdkPath:
         self.settings = settings
         self._fields = output_fields(settings)
 
-    def search(self, embedding: list[float], top_k: int, filter_expr: str | None) -> L1Search:
+    @dispatcher.span
+    def search(
+        self, embedding: list[float], top_k: int, filter_expr: str | None, timeout: float | None = None
+    ) -> L1Search:
         hits = self.client.search(
             self.settings.collection,
             data=[embedding],
@@ -30,7 +38,7 @@ class SdkPath:
             output_fields=self._fields,
             anns_field=self.settings.vector_field,
             search_params={"metric_type": self.settings.metric},
-            timeout=self.settings.milvus_search_timeout_s,
+            timeout=self.settings.milvus_search_timeout_s if timeout is None else timeout,
         )[0]
         candidates = [
             to_candidate(

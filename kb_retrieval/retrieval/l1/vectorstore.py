@@ -11,9 +11,11 @@ otherwise hold the lookup for a minute or more. Reconnecting after a server rest
 
 from __future__ import annotations
 
-import functools
+import contextvars
 import threading
+from typing import Any
 
+from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.vector_stores.types import VectorStoreQuery
 from llama_index.vector_stores.milvus import MilvusVectorStore
 from llama_index.vector_stores.milvus.base import IndexManagement
@@ -21,6 +23,9 @@ from llama_index.vector_stores.milvus.base import IndexManagement
 from kb_retrieval.config import Settings
 from kb_retrieval.indexing.milvus import client_options
 from kb_retrieval.retrieval.l1.base import L1Search, one_version_per_source, output_fields, to_candidate
+
+dispatcher = get_dispatcher(__name__)
+_CALL_TIMEOUT: contextvars.ContextVar[float | None] = contextvars.ContextVar("kb_search_timeout", default=None)
 
 
 class VectorStoreUnavailableError(RuntimeError):
@@ -45,7 +50,13 @@ def make_vector_store(settings: Settings) -> MilvusVectorStore:
         **client_options(settings),
     )
     client = store.client
-    client.search = functools.partial(client.search, timeout=settings.milvus_search_timeout_s)
+    search = client.search
+
+    def search_with_deadline(*args: Any, **kwargs: Any) -> Any:
+        # MilvusVectorStore.query passes no timeout on: the lookup's remaining time arrives through a context var.
+        return search(*args, timeout=_CALL_TIMEOUT.get() or settings.milvus_search_timeout_s, **kwargs)
+
+    client.search = search_with_deadline
     return store
 
 
@@ -65,11 +76,18 @@ class VectorStorePath:
                 self._store = make_vector_store(self.settings)
             return self._store
 
-    def search(self, embedding: list[float], top_k: int, filter_expr: str | None) -> L1Search:
-        result = self.store.query(
-            VectorStoreQuery(query_embedding=embedding, similarity_top_k=top_k),
-            string_expr=filter_expr or "",
-        )
+    @dispatcher.span
+    def search(
+        self, embedding: list[float], top_k: int, filter_expr: str | None, timeout: float | None = None
+    ) -> L1Search:
+        token = _CALL_TIMEOUT.set(timeout)
+        try:
+            result = self.store.query(
+                VectorStoreQuery(query_embedding=embedding, similarity_top_k=top_k),
+                string_expr=filter_expr or "",
+            )
+        finally:
+            _CALL_TIMEOUT.reset(token)
         similarities = result.similarities or []
         ids = result.ids or []
         candidates = [

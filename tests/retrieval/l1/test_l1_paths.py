@@ -11,6 +11,7 @@ from kb_retrieval.indexing.ingest import ingest
 from kb_retrieval.models import ScoreLabel
 from kb_retrieval.retrieval.l1 import AutoPath, L1Retriever, SdkPath, VectorStorePath
 from kb_retrieval.retrieval.l1.base import L1Search
+from kb_retrieval.retrieval.stage import stage_of
 from tests.conftest import SAMPLE_KB
 
 QUERY = "MySQL replica is many seconds behind the primary"
@@ -56,7 +57,7 @@ def test_paths_return_the_same_candidates(sample_settings, embed_model, sample_l
 class Exploding:
     name = "vectorstore"
 
-    def search(self, embedding, top_k, filter_expr) -> L1Search:
+    def search(self, embedding, top_k, filter_expr, timeout=None) -> L1Search:
         raise ConnectionError("vectorstore down")
 
 
@@ -109,6 +110,6 @@ def test_l2_collection_keeps_distance_and_normalises_like_cosine(
 def test_retriever_is_a_llamaindex_retriever(sample_settings, embed_model, sample_lookup):
     retriever = L1Retriever(sample_lookup.path, sample_settings, embed_model, category_filter="redis")
     nodes = retriever.retrieve("memory usage above maxmemory")
-    assert nodes and all(n.node.metadata["candidate"]["category"] == "redis" for n in nodes)
+    assert nodes and all(stage_of(n).candidate.category == "redis" for n in nodes)
     assert all(0.0 <= n.score <= 1.0 for n in nodes)
-    assert nodes[0].node.metadata["candidate"]["score_label"] == "cosine_similarity"
+    assert stage_of(nodes[0]).candidate.score_label.value == "cosine_similarity"

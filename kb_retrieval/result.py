@@ -1,0 +1,181 @@
+"""Result assembly: from the query transform and the L1 attempts to the evidence-first ``LookupResult``, and the two
+views of it that callers read (the agent's text, and LlamaIndex nodes).
+
+Everything the agent reads derives from the evidence blocks and the context pack; hints and traces are recorded
+beside them, never mixed into the evidence.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from llama_index.core.schema import NodeWithScore, TextNode
+
+from kb_retrieval.config import ScoringSettings
+from kb_retrieval.models import (
+    ContextPack,
+    EvidenceBlock,
+    EvidenceStatus,
+    LookupResult,
+    QueryTransform,
+    RelevanceLevel,
+    RerankEntry,
+    RerankTrace,
+    RetrievalTrace,
+)
+from kb_retrieval.retrieval.attempts import AttemptResult, L1Outcome
+from kb_retrieval.retrieval.stage import stage_of
+
+if TYPE_CHECKING:
+    from kb_retrieval.config import KBSettings
+
+NO_EVIDENCE_MESSAGE = "No knowledge evidence was found in the knowledge base for this query."
+UNAVAILABLE_MESSAGE = (
+    "The knowledge base could not be searched, so nothing is known about this query: this is an outage, not an "
+    "empty answer. Retry later; do not conclude that the knowledge base has no runbook for it."
+)
+#: Metadata of an evidence node that is for code and traces, not for the LLM or an embedding.
+DEBUG_METADATA = ("retrieval_layer", "hit_reasons", "score", "similarity", "category")
+
+
+class SupportsLookup(Protocol):
+    """What the LlamaIndex faces need of the pipeline (``KnowledgeLookup`` is one)."""
+
+    settings: KBSettings
+
+    def lookup(self, query: str) -> LookupResult: ...
+
+
+def assemble_result(
+    transform: QueryTransform,
+    l1: L1Outcome,
+    pack: ContextPack,
+    *,
+    scoring: ScoringSettings,
+    l1_enabled: bool,
+    stage_ms: dict[str, float],
+) -> LookupResult:
+    selected = l1.selected
+    blocks = selected.blocks if selected else []
+    attempts = l1.attempts
+    status = (
+        EvidenceStatus.OK if blocks else EvidenceStatus.UNAVAILABLE if l1.unavailable else EvidenceStatus.NO_EVIDENCE
+    )
+    return LookupResult(
+        found=bool(blocks),
+        evidence_status=status,
+        message=_message(blocks, attempts, l1_enabled, status),
+        evidence_blocks=blocks,
+        context_pack=pack,
+        query_transform=transform,
+        retrieval_trace=RetrievalTrace(
+            attempts=[a.trace for a in attempts],
+            selected_attempt=selected.trace.attempt if selected else None,
+            fallback_reason=l1.fallback_reason,
+            path_served=next((a.trace.path for a in reversed(attempts) if a.trace.path), None),
+            candidate_count=selected.trace.candidate_count
+            if selected
+            else sum(a.trace.candidate_count for a in attempts),
+            final_count=len(blocks),
+        ),
+        rerank_trace=rerank_trace(selected),
+        relevance_level=relevance(blocks, scoring),
+        completeness_hint=completeness(blocks, pack.summary.truncated_sources, pack.summary.omitted_sources),
+        retrieval_layer=layer(transform, attempts, blocks),
+        stage_ms=stage_ms,
+    )
+
+
+def rerank_trace(selected: AttemptResult | None) -> RerankTrace:
+    if selected is None:
+        return RerankTrace()
+    entries = []
+    for rank, node in enumerate(selected.nodes[: max(len(selected.blocks), 1)], start=1):
+        stage = stage_of(node)
+        record = stage.rerank
+        entries.append(
+            RerankEntry(
+                rank=rank,
+                source=stage.candidate.source,
+                breadcrumb=stage.candidate.breadcrumb,
+                base_score=record.base_score if record else stage.candidate.similarity,
+                boosts=dict(record.boosts) if record else {},
+                final_score=round(float(node.score or 0.0), 6),
+            )
+        )
+    return RerankTrace(candidate_count=selected.trace.candidate_count, entries=entries)
+
+
+def relevance(blocks: list[EvidenceBlock], scoring: ScoringSettings) -> RelevanceLevel:
+    if not blocks:
+        return "none"
+    top = max(b.similarity for b in blocks)
+    return "high" if top >= scoring.relevance_high else "medium" if top >= scoring.relevance_medium else "low"
+
+
+def completeness(blocks: list[EvidenceBlock], truncated: list[str], omitted: list[str]) -> str:
+    if not blocks:
+        return "no_evidence"
+    if omitted or truncated:
+        return "partial: context budget truncated or omitted evidence; ask a narrower question for more"
+    if len(blocks) == 1:
+        return "single_source: one document answers; it may not cover every aspect"
+    return f"multiple_sources: {len(blocks)} documents, all packed whole"
+
+
+def layer(
+    transform: QueryTransform, attempts: list[AttemptResult], blocks: list[EvidenceBlock]
+) -> Literal["L1", "L0+L1", "none"]:
+    if not any(a.trace.candidate_count for a in attempts):
+        return "none"
+    uses_l0 = not transform.hints.empty or any(b.retrieval_layer == "L0+L1" for b in blocks)
+    return "L0+L1" if uses_l0 else "L1"
+
+
+def _message(
+    blocks: list[EvidenceBlock], attempts: list[AttemptResult], l1_enabled: bool, status: EvidenceStatus
+) -> str:
+    if blocks:
+        sources = len({b.source for b in blocks})
+        return f"Found {len(blocks)} evidence block(s) from {sources} source(s)."
+    if not l1_enabled:
+        return NO_EVIDENCE_MESSAGE + " (L1 retrieval is disabled by configuration; L0 hints are not evidence.)"
+    tried = "; ".join(f"attempt {a.trace.attempt}: {a.trace.outcome}" for a in attempts)
+    if status is EvidenceStatus.UNAVAILABLE:
+        return f"{UNAVAILABLE_MESSAGE} ({tried})"
+    return f"{NO_EVIDENCE_MESSAGE} ({tried})"
+
+
+def agent_text(result: LookupResult) -> str:
+    """What the agent reads: derived only from the evidence blocks and the context pack."""
+    if not result.found:
+        return result.message
+    head = (
+        f"{result.message} Relevance: {result.relevance_level}. Completeness: {result.completeness_hint}.\n"
+        "Cite sources by their [n] index.\n\n"
+    )
+    return head + result.context_pack.text
+
+
+def evidence_nodes(result: LookupResult) -> list[NodeWithScore]:
+    """The evidence as LlamaIndex nodes, one per document: node id = source id (what golden sets name)."""
+    nodes = []
+    for block in result.evidence_blocks:
+        node = TextNode(
+            id_=block.source,
+            text=block.content,
+            metadata={
+                "source": block.source,
+                "title": block.title,
+                "breadcrumb": block.breadcrumb,
+                "category": block.category,
+                "retrieval_layer": block.retrieval_layer,
+                "hit_reasons": block.hit_reasons,
+                "score": block.score,
+                "similarity": block.similarity,
+            },
+            excluded_llm_metadata_keys=list(DEBUG_METADATA),
+            excluded_embed_metadata_keys=list(DEBUG_METADATA),
+        )
+        nodes.append(NodeWithScore(node=node, score=block.score))
+    return nodes

@@ -1,0 +1,138 @@
+"""L1 attempts: the filtered attempt, and the unfiltered retry when it is empty, without evidence or weak.
+
+One attempt is: the hybrid search (dense + lexical, scored by Milvus) -> the node postprocessors (rerank, dedupe,
+...) -> evidence blocks. A failed search is a failed attempt (``outcome = "error"``), never an exception; an attempt
+that would start after the lookup's deadline is ``skipped``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.schema import NodeWithScore
+
+from kb_retrieval.config import Settings
+from kb_retrieval.models import EvidenceBlock, FallbackReason, RetrievalAttempt
+from kb_retrieval.retrieval.deadline import Deadline
+from kb_retrieval.retrieval.evidence import build_evidence_blocks
+from kb_retrieval.retrieval.hybrid import HybridRetriever, LookupQuery
+from kb_retrieval.retrieval.timing import StageClock
+
+log = logging.getLogger(__name__)
+dispatcher = get_dispatcher(__name__)
+
+
+@dataclass
+class AttemptResult:
+    trace: RetrievalAttempt
+    nodes: list[NodeWithScore] = field(default_factory=list)
+    blocks: list[EvidenceBlock] = field(default_factory=list)
+
+    @property
+    def usable(self) -> bool:
+        return bool(self.blocks)
+
+
+@dataclass
+class L1Outcome:
+    attempts: list[AttemptResult] = field(default_factory=list)
+    fallback_reason: FallbackReason | None = None
+
+    @property
+    def selected(self) -> AttemptResult | None:
+        """The last usable attempt (the retry when it produced evidence)."""
+        return next((a for a in reversed(self.attempts) if a.usable), None)
+
+    @property
+    def unavailable(self) -> bool:
+        """No attempt could search Milvus: an outage, not an empty answer."""
+        return bool(self.attempts) and all(a.trace.outcome in ("error", "skipped") for a in self.attempts)
+
+
+class AttemptRunner:
+    """Runs the L1 attempts of one lookup through the hybrid retriever and the postprocessors."""
+
+    def __init__(
+        self, hybrid: HybridRetriever, postprocessors: Sequence[BaseNodePostprocessor], settings: Settings
+    ) -> None:
+        self.hybrid = hybrid
+        self.postprocessors = list(postprocessors)
+        self.settings = settings
+
+    def run(self, query: LookupQuery, embedding: list[float], deadline: Deadline, clock: StageClock) -> L1Outcome:
+        category = query.category_filter
+        outcome = L1Outcome()
+        first = self.attempt(1, query, embedding, category, deadline, clock)
+        outcome.attempts.append(first)
+        if category and first.trace.outcome != "ok":
+            outcome.fallback_reason = (
+                "filtered_vector_low_quality" if first.trace.outcome == "low_quality" else "filtered_vector_no_evidence"
+            )
+            outcome.attempts.append(self.attempt(2, query, embedding, None, deadline, clock))
+        return outcome
+
+    @dispatcher.span
+    def attempt(
+        self,
+        number: int,
+        query: LookupQuery,
+        embedding: list[float],
+        category: str | None,
+        deadline: Deadline,
+        clock: StageClock,
+    ) -> AttemptResult:
+        settings = self.settings
+        trace = RetrievalAttempt(
+            attempt=number,
+            filtered=category is not None,
+            category_filter=category,
+            filter_expr=self.hybrid.dense.filter_expr(category),
+            query=query.query_str,
+            outcome="no_candidates",
+        )
+        if deadline.expired:
+            trace.outcome = "skipped"
+            trace.error = "the lookup's deadline (lookup_timeout_s) passed before this attempt"
+            return AttemptResult(trace)
+        t0 = time.perf_counter()
+        try:
+            search = self.hybrid.search(embedding, query.query_str, category, deadline, clock.stage_ms)
+        except Exception as exc:  # a failed path is a failed attempt, never an exception to the agent
+            log.warning("L1 attempt %d failed: %s", number, exc)
+            trace.outcome = "error"
+            trace.error = f"{type(exc).__name__}: {str(exc)[:500]}"
+            trace.elapsed_ms = round((time.perf_counter() - t0) * 1000, 3)
+            return AttemptResult(trace)
+        trace.lexical_count = search.lexical_count
+        trace.lexical_added = search.lexical_added
+        trace.path = search.path
+        trace.path_fallback_reason = search.path_fallback_reason
+        trace.candidate_count = len(search.candidates)
+        trace.top_similarity = max((c.similarity for c in search.candidates), default=None)
+
+        with clock("rerank"):
+            bundle = LookupQuery(
+                query_str=query.query_str, embedding=embedding, transform=query.transform, category_filter=category
+            )
+            nodes = search.nodes()
+            for postprocessor in self.postprocessors:
+                nodes = postprocessor.postprocess_nodes(nodes, query_bundle=bundle)
+            blocks = build_evidence_blocks(
+                nodes, evidence_threshold=settings.evidence_threshold, max_blocks=settings.max_evidence_blocks
+            )
+        trace.evidence_count = len(blocks)
+        if not search.candidates:
+            trace.outcome = "no_candidates"
+        elif not blocks:
+            trace.outcome = "no_evidence"
+        elif category is not None and (trace.top_similarity or 0.0) < settings.reference_threshold:
+            trace.outcome = "low_quality"
+        else:
+            trace.outcome = "ok"
+        trace.elapsed_ms = round((time.perf_counter() - t0) * 1000, 3)
+        return AttemptResult(trace, nodes, blocks)

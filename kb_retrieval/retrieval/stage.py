@@ -1,0 +1,169 @@
+"""Typed data that rides on a node between the pipeline stages, and the hit-reason vocabulary.
+
+Every stage works on LlamaIndex ``NodeWithScore`` lists, so the stages compose with stock retrievers and
+postprocessors. What a stage learns about a node (the candidate with its raw score and label, the rerank record,
+how many chunks of its document matched) is kept as one typed :class:`StageData` under one metadata key, excluded
+from the text an LLM or an embedding model sees. A node from a stock retriever has none: :func:`stage_of` derives
+what can be derived (the source from ``source``, ``ref_doc_id`` or ``file_path``; the similarity from its score)
+and passes the rest through.
+
+Example:
+    >>> str(HitReason(kind=HitKind.L0_KEYWORD, detail="RedisMemoryHigh"))
+    'l0_keyword:RedisMemoryHigh'
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from llama_index.core.schema import NodeWithScore, TextNode
+from pydantic import BaseModel, Field
+
+from kb_retrieval.models import Candidate, ScoreLabel
+
+STAGE_KEY = "kb_stage"
+
+
+class HitKind(str, Enum):
+    """Why a block was chosen. The value is the prefix of the hit reason the agent reads."""
+
+    L1_SEMANTIC = "l1_semantic"
+    L0_TITLE_TERMS = "l0_title_terms"
+    L0_TITLE = "l0_title"
+    L0_KEYWORD = "l0_keyword"
+    L0_ENTITY = "l0_entity"
+    L0_CATEGORY = "l0_category"
+    BREADCRUMB_MATCH = "breadcrumb_match"
+    CONTENT_MATCH = "content_match"
+    LEXICAL_BM25 = "lexical_bm25"
+    EXACT_MATCH = "exact_match"
+
+    @property
+    def from_l0(self) -> bool:
+        """An L0 hint (keyword/frontmatter) contributed: the block's layer is ``L0+L1``."""
+        return self in _L0_KINDS
+
+
+_L0_KINDS = frozenset(
+    {
+        HitKind.L0_TITLE_TERMS,
+        HitKind.L0_TITLE,
+        HitKind.L0_KEYWORD,
+        HitKind.L0_ENTITY,
+        HitKind.L0_CATEGORY,
+        HitKind.BREADCRUMB_MATCH,
+        HitKind.CONTENT_MATCH,
+    }
+)
+
+
+class HitReason(BaseModel, frozen=True):
+    kind: HitKind
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.kind.value}:{self.detail}"
+
+
+class Boost(str, Enum):
+    """Named rerank contributions, as the rerank trace records them."""
+
+    L0_TITLE = "l0_title"
+    L0_KEYWORD = "l0_keyword"
+    L0_ENTITY = "l0_entity"
+    L0_CATEGORY = "l0_category"
+    BREADCRUMB = "breadcrumb"
+    CONTENT = "content"
+    TITLE_TERMS = "title_terms"
+    LEXICAL = "lexical"
+    DOC_FOCUS = "doc_focus"
+    EXACT_MATCH = "exact_match"
+
+
+#: Boosts that order candidates but say nothing about whether any of them answers (kept out of the evidence score).
+RANKING_ONLY = frozenset({Boost.LEXICAL, Boost.TITLE_TERMS, Boost.DOC_FOCUS})
+
+
+class RerankRecord(BaseModel):
+    base_score: float
+    evidence_score: float
+    boosts: dict[str, float] = Field(default_factory=dict)
+    hit_reasons: list[HitReason] = Field(default_factory=list)
+
+    def kinds(self) -> set[HitKind]:
+        return {r.kind for r in self.hit_reasons}
+
+
+class StageData(BaseModel):
+    """Everything the stages know about one node."""
+
+    candidate: Candidate
+    lexical_score: float | None = Field(default=None, description="BM25 relative to the query's best hit.")
+    exact_terms: list[str] = Field(default_factory=list, description="Rare query terms found verbatim in the chunk.")
+    rerank: RerankRecord | None = None
+    merged_chunks: int = 1
+    sections: list[Candidate] = Field(
+        default_factory=list, description="Other matched chunks of the same document (dedupe keeps them)."
+    )
+
+
+def candidate_node(candidate: Candidate, **stage: object) -> NodeWithScore:
+    """A candidate as a LlamaIndex node scored by its normalised similarity; stage data excluded from LLM text."""
+    node = TextNode(id_=candidate.chunk_id, text=candidate.content)
+    data = StageData(candidate=candidate, **stage)  # type: ignore[arg-type]
+    scored = NodeWithScore(node=node, score=candidate.similarity)
+    write_stage(scored, data)
+    return scored
+
+
+def write_stage(node: NodeWithScore, data: StageData) -> None:
+    inner = node.node
+    inner.metadata[STAGE_KEY] = data.model_dump(mode="json", exclude={"candidate": {"content"}})
+    for excluded in (inner.excluded_llm_metadata_keys, inner.excluded_embed_metadata_keys):
+        if STAGE_KEY not in excluded:
+            excluded.append(STAGE_KEY)
+
+
+def stage_of(node: NodeWithScore) -> StageData:
+    """The node's stage data; derived from its metadata and score when it comes from a stock retriever."""
+    raw = node.node.metadata.get(STAGE_KEY)
+    content = node.node.get_content()
+    if raw is not None:
+        data = dict(raw)
+        data["candidate"] = {**raw["candidate"], "content": content}
+        return StageData.model_validate(data)
+    return StageData(candidate=external_candidate(node))
+
+
+def external_candidate(node: NodeWithScore) -> Candidate:
+    """What a stock node tells: source from ``source``, ``file_path``, ``file_name``, ``ref_doc_id`` or its id."""
+    inner = node.node
+    meta = inner.metadata
+    source = meta.get("source") or meta.get("file_path") or meta.get("file_name") or inner.ref_doc_id or inner.node_id
+    score = float(node.score or 0.0)
+    return Candidate(
+        chunk_id=inner.node_id,
+        source=str(source),
+        title=_text(meta.get("title")) or _text(meta.get("file_name")),
+        breadcrumb=_text(meta.get("breadcrumb")),
+        category=_text(meta.get("category")),
+        content=inner.get_content(),
+        keywords=_strings(meta.get("keywords")),
+        entities=_strings(meta.get("entities")),
+        score=score,
+        score_label=ScoreLabel.EXTERNAL,
+        path="external",
+        similarity=min(1.0, max(0.0, score)),
+    )
+
+
+def _text(value: object) -> str | None:
+    return str(value) if value not in (None, "") else None
+
+
+def _strings(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    if isinstance(value, list | tuple):
+        return [str(v) for v in value]
+    return []

@@ -1,0 +1,63 @@
+"""The whole ``lookup_knowledge`` pipeline as a LlamaIndex ``BaseRetriever``.
+
+Its nodes are the evidence: one per document, node id = the source id (so ``RetrieverEvaluator`` compares them
+with golden ``expected_docs`` as they are), score = the final rerank score, and the trace/debug metadata excluded
+from what an LLM or an embedding model sees. Every call is a full lookup, recorded in the trace store.
+
+``aretrieve`` never runs the pipeline on the event loop: it runs in a bounded thread pool
+(``Settings.retriever_workers``), with the caller's context (so instrumentation spans keep their parent).
+
+Example:
+    >>> retriever = lookup.as_retriever()  # doctest: +SKIP
+    >>> engine = RetrieverQueryEngine.from_args(retriever, llm=llm)  # doctest: +SKIP
+    >>> nodes = await retriever.aretrieve("etcd has no leader")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.schema import NodeWithScore, QueryBundle
+
+from kb_retrieval.result import SupportsLookup, evidence_nodes
+
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def lookup_pool(workers: int) -> ThreadPoolExecutor:
+    """One shared pool per size for the async faces (a pool per retriever would leak threads)."""
+    with _POOLS_LOCK:
+        if workers not in _POOLS:
+            _POOLS[workers] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kb-lookup")
+        return _POOLS[workers]
+
+
+async def run_in_pool(workers: int, fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` on the lookup pool, awaited without blocking the loop, in the caller's context."""
+    context = contextvars.copy_context()
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(lookup_pool(workers), functools.partial(context.run, fn, *args))
+
+
+class KnowledgeRetriever(BaseRetriever):
+    """``lookup_knowledge`` as a retriever (see the module docstring)."""
+
+    def __init__(self, lookup: SupportsLookup, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.lookup = lookup
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return evidence_nodes(self.lookup.lookup(query_bundle.query_str))
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        nodes: list[NodeWithScore] = await run_in_pool(
+            self.lookup.settings.retriever_workers, self._retrieve, query_bundle
+        )
+        return nodes
