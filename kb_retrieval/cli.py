@@ -78,12 +78,15 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     from kb_retrieval.indexing.l0_index import L0Index
-    from kb_retrieval.indexing.milvus import connect, count_rows, ensure_collection
+    from kb_retrieval.indexing.milvus import connect, count_rows, ensure_collection, features_off
 
     settings = settings_from_args(args)
     client = connect(settings)
     ensure_collection(client, settings, create=False)
-    l0 = L0Index.load(settings.l0_index_path())
+    l0 = L0Index.load_from_milvus(client, settings)
+    off = features_off(client, settings)
+    if not l0.enabled:
+        off["l0_hints"] = l0.off_reason or "no L0 index"
     categories: dict[str, int] = {}
     for entry in l0.documents.values():
         key = entry.category or "(none)"
@@ -98,6 +101,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         "categories": dict(sorted(categories.items())),
         "metric": settings.metric,
         "dim": settings.dim,
+        "features_off": dict(sorted(off.items())),
     }
     if args.json:
         print(json.dumps(stats, sort_keys=True))
@@ -109,6 +113,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         ("documents", f"{stats['documents']} from {stats['knowledge_bases']} knowledge-base folder(s)"),
         ("categories", ", ".join(f"{name} {count}" for name, count in stats["categories"].items()) or "(none)"),
         ("vectors", f"{stats['dim']} dimensions, {stats['metric']}"),
+        *((f"{feature} off", reason) for feature, reason in stats["features_off"].items()),
     ]
     width = max(len(label) for label, _ in rows)
     for label, value in rows:

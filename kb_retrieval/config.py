@@ -265,6 +265,12 @@ class KBSettings(BaseSettings):
         description="One deadline for a whole lookup: every Milvus call gets what is left of it (at most "
         "milvus_search_timeout_s), and an attempt that would start after it is skipped.",
     )
+    freshness_check_s: float = Field(
+        default=2.0,
+        ge=0,
+        description="A lookup object checks the index version (one small Milvus query) at most this often and "
+        "reloads the L0 index and in-process BM25 when another process has ingested; 0 checks on every lookup.",
+    )
     retriever_workers: int = Field(
         default=8, ge=1, le=64, description="Threads that run lookups for async callers (aretrieve, aquery)."
     )

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -31,8 +32,9 @@ from pymilvus import MilvusClient
 from kb_retrieval.beside import BesideRun, BesideRunner, disabled_entry, load_runner
 from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.embeddings import embed_query
+from kb_retrieval.indexing.index_version import index_version
 from kb_retrieval.indexing.l0_index import L0Index
-from kb_retrieval.indexing.milvus import connect, ensure_collection, iter_rows
+from kb_retrieval.indexing.milvus import connect, ensure_collection, features_off, iter_rows, without_missing_fields
 from kb_retrieval.indexing.onnx_query import query_encoder
 from kb_retrieval.models import Candidate, LookupResult
 from kb_retrieval.query_engine import KnowledgeQueryEngine
@@ -88,22 +90,19 @@ class KnowledgeLookup:
         trace_store: TraceStore | None = None,
         beside: BesideRunner | None = None,
     ) -> None:
-        self.settings = settings or KBSettings()
-        self.client = client or connect(self.settings)
-        ensure_collection(self.client, self.settings, create=False)
+        settings = settings or KBSettings()
+        self.client = client or connect(settings)
+        ensure_collection(self.client, settings, create=False)
+        # Features the collection cannot serve (one written by stock MilvusVectorStore) are off, not errors.
+        self.features_off = features_off(self.client, settings)
+        self.settings = without_missing_fields(self.client, settings)
         # Queries go through the ONNX export of the bundled model when configured (a few ms instead of ~20 ms of
         # torch); a user's own model is used as it is. Nothing here loads torch unless it is the encoder.
         self.query_embed_model = query_encoder(self.settings, embed_model)
         self.embed_model = embed_model or self.query_embed_model
-        self.l0 = L0HintProvider(
-            L0Index.load(self.settings.l0_index_path()),
-            max_keyword_documents=self.settings.scoring.l0_max_keyword_documents,
-            title_coverage_min=self.settings.scoring.l0_title_coverage_min,
-            title_coverage_limit=self.settings.scoring.l0_title_coverage_limit,
-        )
-        self.lexical = self._build_lexical() if self.settings.lexical_enabled else None
         self.path = path or make_path(self.settings, self.client)
-        self._assemble()
+        self._refresh_lock = threading.Lock()
+        self._load_state()
         self.traces = trace_store or TraceStore(
             self.settings.resolved_trace_db_url(),
             content_chars=self.settings.trace_content_chars,
@@ -113,6 +112,41 @@ class KnowledgeLookup:
         self.beside = beside
         if self.beside is None and self.settings.sidecar_enabled:
             self.beside = load_runner(self.settings.sidecar_factory, self.settings, self.embed_model)
+
+    def _load_state(self) -> None:
+        """Read the retrieval state kept in Milvus (the L0 index, the BM25 corpus) and assemble the parts."""
+        scoring = self.settings.scoring
+        index = L0Index.load_from_milvus(self.client, self.settings)
+        self.index_version = index.index_version
+        self.l0_off_reason = index.off_reason
+        self._checked_at = time.monotonic()
+        self.l0 = L0HintProvider(
+            index,
+            max_keyword_documents=scoring.l0_max_keyword_documents,
+            title_coverage_min=scoring.l0_title_coverage_min,
+            title_coverage_limit=scoring.l0_title_coverage_limit,
+        )
+        self.lexical = self._build_lexical() if self.settings.lexical_enabled else None
+        self._assemble()
+
+    def refresh(self, *, force: bool = False) -> bool:
+        """Reload the L0 index and BM25 when another process's ingest changed the index version (checked at most
+        every ``freshness_check_s``); True when reloaded. Lookups in flight keep the parts they started with."""
+        if not force and time.monotonic() - self._checked_at < self.settings.freshness_check_s:
+            return False
+        with self._refresh_lock:
+            try:
+                current = index_version(self.client, self.settings)
+            except Exception as exc:  # the lookup goes on with what it has; the search reports the outage
+                log.warning("index version check failed: %s", exc)
+                self._checked_at = time.monotonic()
+                return False
+            self._checked_at = time.monotonic()
+            if current == self.index_version and not force:
+                return False
+            log.info("index version changed (%s -> %s): reloading L0 and BM25", self.index_version, current)
+            self._load_state()
+            return True
 
     def _assemble(self) -> None:
         """The parts that read the settings: the L1 retrievers and the postprocessor chain."""
@@ -132,13 +166,15 @@ class KnowledgeLookup:
     def _build_lexical(self) -> LexicalIndex:
         """BM25 over the chunks the collection holds now (text with its breadcrumb)."""
         s = self.settings
+        fields = [f for f in (s.id_field, s.content_field, s.category_field, s.metadata_field) if f]
         rows = (
             (
                 row[s.id_field],
-                f"{(row.get(s.metadata_field) or {}).get('breadcrumb', '')}\n{row.get(s.content_field, '')}",
-                row.get(s.category_field) or "",
+                f"{((row.get(s.metadata_field) if s.metadata_field else None) or {}).get('breadcrumb', '')}\n"
+                f"{row.get(s.content_field, '')}",
+                (row.get(s.category_field) if s.category_field else None) or "",
             )
-            for row in iter_rows(self.client, s, [s.id_field, s.content_field, s.category_field, s.metadata_field])
+            for row in iter_rows(self.client, s, fields)
         )
         return LexicalIndex.build(rows)
 
@@ -167,11 +203,20 @@ class KnowledgeLookup:
         attempt's, or the last attempt's when none was usable) and the comparison run beside it."""
         started = time.perf_counter()
         deadline = Deadline.after(self.settings.lookup_timeout_s)
+        self.refresh()
         job = self.beside.start(query) if self.beside else None  # runs beside from here; never changes the result
         clock = StageClock()
 
+        l0, attempts = self.l0, self.attempts  # one consistent set of parts, whatever a refresh does meanwhile
         with clock("query_transform"):
-            transform = transform_query(query, self.l0, self.settings.max_query_chars)
+            transform = transform_query(query, l0, self.settings.max_query_chars)
+            if self.l0_off_reason:
+                transform.notes.append(f"L0 off: {self.l0_off_reason}")
+            for feature, reason in self.features_off.items():
+                transform.notes.append(f"{feature} off: {reason}")
+            if "category_filter" in self.features_off and transform.category_filter:
+                transform.category_filter = None
+                transform.filter_reason += " (not applied: the collection has no category field)"
         l1 = L1Outcome()
         if self.settings.l1_enabled:
             with clock("embed"):
@@ -182,7 +227,7 @@ class KnowledgeLookup:
                 transform=transform,
                 category_filter=transform.category_filter,
             )
-            l1 = self.attempts.run(bundle, embedding, deadline, clock)
+            l1 = attempts.run(bundle, embedding, deadline, clock)
         selected = l1.selected
         with clock("pack"):
             pack = pack_context(

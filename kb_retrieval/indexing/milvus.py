@@ -336,8 +336,11 @@ def validate_collection(client: MilvusClient, settings: Settings) -> None:
         settings.category_field: DataType.VARCHAR,
         settings.source_field: DataType.VARCHAR,
     }
+    optional = {settings.metadata_field, settings.category_field}
     for field_name, data_type in expected.items():
         found = fields.get(field_name)
+        if found is None and field_name in optional:
+            continue  # a collection written by another tool: the features that need it are off (features_off)
         if found is None:
             problems.append(f"missing field '{field_name}' ({data_type.name})")
         elif found["type"] != data_type:
@@ -354,6 +357,30 @@ def validate_collection(client: MilvusClient, settings: Settings) -> None:
         raise SchemaMismatchError(
             f"Milvus collection '{name}' does not match the configuration: " + "; ".join(problems)
         )
+
+
+def features_off(client: MilvusClient, settings: Settings) -> dict[str, str]:
+    """Features the collection cannot serve, each with the reason: a collection written by another tool (e.g. stock
+    LlamaIndex ``MilvusVectorStore``) has no category field (no domain filter) and no metadata field (no titles,
+    breadcrumbs or keywords on candidates)."""
+    fields = {f["name"] for f in client.describe_collection(settings.collection)["fields"]}
+    off: dict[str, str] = {}
+    if not settings.category_field or settings.category_field not in fields:
+        off["category_filter"] = f"no category field '{settings.category_field}' in the collection"
+    if not settings.metadata_field or settings.metadata_field not in fields:
+        off["metadata"] = f"no metadata field '{settings.metadata_field}' in the collection"
+    return off
+
+
+def without_missing_fields(client: MilvusClient, settings: Settings) -> Settings:
+    """``settings`` with the optional fields the collection lacks set to ``""`` (nothing asks Milvus for them)."""
+    off = features_off(client, settings)
+    update = {}
+    if "category_filter" in off:
+        update["category_field"] = ""
+    if "metadata" in off:
+        update["metadata_field"] = ""
+    return settings.model_copy(update=update) if update else settings
 
 
 def _index_metric(client: MilvusClient, collection: str, field: str) -> str | None:

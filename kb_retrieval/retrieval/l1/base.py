@@ -32,7 +32,8 @@ class VectorPath(Protocol):
 
 
 def output_fields(settings: Settings) -> list[str]:
-    return [settings.content_field, settings.source_field, settings.category_field, settings.metadata_field]
+    fields = [settings.content_field, settings.source_field, settings.category_field, settings.metadata_field]
+    return [f for f in fields if f]  # "" = the collection has no such field
 
 
 def to_candidate(
@@ -46,13 +47,13 @@ def to_candidate(
 ) -> Candidate:
     """Map one hit's fields into the shared candidate shape, keeping the raw score and its label."""
     label = ScoreLabel.for_metric(settings.metric)
-    meta = fields.get(settings.metadata_field) or {}
+    meta = (fields.get(settings.metadata_field) if settings.metadata_field else None) or {}
     return Candidate(
         chunk_id=str(chunk_id),
         source=str(fields.get(settings.source_field) or meta.get("source") or chunk_id),
         title=meta.get("title"),
         breadcrumb=meta.get("breadcrumb"),
-        category=fields.get(settings.category_field) or None,
+        category=(fields.get(settings.category_field) if settings.category_field else None) or None,
         content=content,
         keywords=list(meta.get("keywords") or []),
         entities=list(meta.get("entities") or []),

@@ -53,7 +53,7 @@ class L1Retriever(BaseRetriever):
 
     def filter_expr(self, category: str | None, ids: list[str] | None = None) -> str | None:
         parts = []
-        if category:
+        if category and self.settings.category_field:
             parts.append(equals_expr(self.settings.category_field, category))
         if ids:
             parts.append(in_expr(self.settings.id_field, ids))

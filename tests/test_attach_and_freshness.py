@@ -1,0 +1,77 @@
+"""Attaching a collection written by stock LlamaIndex ``MilvusVectorStore``, and a long-lived lookup seeing a later
+ingest (dense, lexical and L0) without a restart. Real Milvus Lite, the real model."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from llama_index.core import Document, StorageContext, VectorStoreIndex
+from llama_index.vector_stores.milvus import MilvusVectorStore
+
+from kb_retrieval.config import KBSettings
+from kb_retrieval.engine import KnowledgeLookup
+from kb_retrieval.indexing.ingest import ingest
+from tests.conftest import SAMPLE_KB
+
+ALERT = "RedisMemoryHigh: Redis memory usage above 90% of maxmemory on redis-cache-01:6379"
+
+
+def test_a_collection_written_by_stock_milvus_vector_store_answers(tmp_path: Path, embed_model) -> None:
+    uri = str(tmp_path / "milvus.db")
+    store = MilvusVectorStore(uri=uri, collection_name="stock", dim=384, overwrite=True)
+    documents = [
+        Document(text=p.read_text(encoding="utf-8"), id_=str(p.relative_to(SAMPLE_KB)))
+        for p in sorted(SAMPLE_KB.glob("redis/*.md")) + sorted(SAMPLE_KB.glob("mysql/*.md"))
+    ]
+    VectorStoreIndex.from_documents(
+        documents, storage_context=StorageContext.from_defaults(vector_store=store), embed_model=embed_model
+    )
+    store.client.close()
+    settings = KBSettings(  # the mapping the README shows: stock field names
+        state_dir=tmp_path,
+        milvus_uri=uri,
+        collection="stock",
+        id_field="id",
+        content_field="text",
+        vector_field="embedding",
+        source_field="doc_id",
+        metric="IP",  # the store's default similarity_metric
+    )
+    for mode in ("sdk", "vectorstore"):
+        lookup = KnowledgeLookup(settings.model_copy(update={"vector_store_mode": mode}), embed_model=embed_model)
+        result = lookup.lookup(ALERT)
+        assert result.found, mode
+        assert result.evidence_blocks[0].source == "redis/memory-usage-high.md", mode
+        assert set(lookup.features_off) == {"category_filter", "metadata"}
+        notes = result.query_transform.notes
+        assert any(n.startswith("L0 off:") for n in notes) and any(n.startswith("category_filter off") for n in notes)
+        row = lookup.traces.rows()[-1]
+        assert "category_filter off" in " ".join(row.retrieval_details["query_transform"]["notes"])
+        lookup.close()
+
+
+def test_a_long_lived_lookup_sees_a_later_ingest(tmp_path: Path, embed_model) -> None:
+    kb = tmp_path / "kb"
+    shutil.copytree(SAMPLE_KB / "redis", kb / "redis")
+    settings = KBSettings(state_dir=tmp_path / "state", vector_store_mode="sdk", freshness_check_s=0)
+    ingest([kb], settings, embed_model=embed_model)
+    lookup = KnowledgeLookup(settings, embed_model=embed_model)
+    query = "ZorkQuuxSpindleJammed on frobnicator-7"
+    before = lookup.lookup(query)
+    assert "ZorkQuuxSpindleJammed" not in before.query_transform.hints.matched_keywords
+
+    new = kb / "frobnicator" / "spindle-jammed.md"
+    new.parent.mkdir(parents=True)
+    new.write_text(
+        "---\ntitle: Frobnicator spindle jammed\nkeywords: [ZorkQuuxSpindleJammed]\n---\n"
+        "# Frobnicator spindle jammed\n\n## Mitigation\n\nUnjam the spindle of the frobnicator with the quux lever.\n",
+        encoding="utf-8",
+    )
+    ingest([kb], settings, embed_model=embed_model)  # another writer: the lookup object is not told
+
+    after = lookup.lookup(query)
+    assert "ZorkQuuxSpindleJammed" in after.query_transform.hints.matched_keywords  # L0 reloaded
+    assert after.found and after.evidence_blocks[0].source == "frobnicator/spindle-jammed.md"
+    assert any(r.startswith("lexical_bm25") for r in after.evidence_blocks[0].hit_reasons)  # BM25 reloaded
+    lookup.close()
