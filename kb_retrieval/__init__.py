@@ -3,7 +3,7 @@
 The package imports nothing heavy at import time, so ``kb_retrieval.evaluation`` runs without Milvus, torch or
 LlamaIndex installed. The main names load on first use:
 
-    >>> from kb_retrieval import KnowledgeLookup, Settings, make_lookup_tool  # doctest: +SKIP
+    >>> from kb_retrieval import KBSettings, KnowledgeLookup, make_lookup_tool  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -15,6 +15,10 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "Settings": "kb_retrieval.config",
+    "KBSettings": "kb_retrieval.config",
+    "KnowledgeRetriever": "kb_retrieval.retriever",
+    "RuleReranker": "kb_retrieval.retrieval.rerank",
+    "SourceDeduplicator": "kb_retrieval.retrieval.dedupe",
     "KnowledgeLookup": "kb_retrieval.engine",
     "KnowledgeQueryEngine": "kb_retrieval.engine",
     "LookupResult": "kb_retrieval.models",
