@@ -44,13 +44,12 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from sqlalchemy.pool import StaticPool
 
+from kb_retrieval.beside import disabled_entry
 from kb_retrieval.config import Settings, mask_secrets
 from kb_retrieval.models import LookupResult
 
 log = logging.getLogger(__name__)
 TOOL_NAME = "lookup_knowledge"
-#: ``retrieval_details.sidecar`` of a lookup without a sidecar run (see ``sidecar.models.SidecarRun.trace_entry``).
-SIDECAR_DISABLED_REASON = "sidecar not enabled (KB_SIDECAR_ENABLED=false)"
 QueryMode = Literal["full", "hash", "redact"]
 #: A database that honours its own timeout reports its error within this margin of it; then the lookup moves on.
 WAIT_MARGIN_S = 0.25
@@ -82,7 +81,7 @@ def retrieval_details(
 ) -> dict[str, Any]:
     """The compact trace of one call (snake_case keys, as the spec names them).
 
-    ``sidecar`` is the sidecar's compact run (status, reason, timings, top candidates) when one ran beside the
+    ``sidecar`` is the compact run of a comparison retriever (``kb_retrieval.beside``) when one ran beside the
     lookup; without one the entry says ``disabled``.
     """
     hints = result.query_transform.hints
@@ -119,7 +118,7 @@ def retrieval_details(
         "relevance_level": result.relevance_level,
         "completeness_hint": result.completeness_hint,
         "stage_ms": result.stage_ms,
-        "sidecar": sidecar if sidecar is not None else {"status": "disabled", "reason": SIDECAR_DISABLED_REASON},
+        "sidecar": sidecar if sidecar is not None else disabled_entry(),
     }
 
 
