@@ -149,13 +149,26 @@ def test_aretrieve_never_stalls_the_loop(sample_lookup):
 
 
 def test_span_handler_sees_every_stage_under_one_root(sample_lookup):
+    from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+
+    events: list[str] = []
+
+    class Events(BaseEventHandler):
+        def handle(self, event: Any, **kwargs: Any) -> None:
+            events.append(event.class_name())
+
     handler = SimpleSpanHandler()
+    event_handler = Events()
     root_dispatcher = get_dispatcher()
     root_dispatcher.add_span_handler(handler)
+    root_dispatcher.add_event_handler(event_handler)
     try:
         sample_lookup.lookup(ALERT)
     finally:
         root_dispatcher.span_handlers.remove(handler)
+        root_dispatcher.event_handlers.remove(event_handler)
+    for name in ("RetrievalStartEvent", "RetrievalEndEvent", "ReRankStartEvent", "ReRankEndEvent"):
+        assert name in events, f"no {name}: {events}"
     spans: list[SimpleSpan] = handler.completed_spans
     roots = [s for s in spans if s.parent_id is None]
     assert len(roots) == 1 and roots[0].id_.startswith("KnowledgeLookup.lookup-")

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent, RetrievalStartEvent
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore
 
@@ -100,6 +101,10 @@ class AttemptRunner:
             trace.error = "the lookup's deadline (lookup_timeout_s) passed before this attempt"
             return AttemptResult(trace)
         t0 = time.perf_counter()
+        bundle = LookupQuery(
+            query_str=query.query_str, embedding=embedding, transform=query.transform, category_filter=category
+        )
+        dispatcher.event(RetrievalStartEvent(str_or_query_bundle=bundle))
         try:
             search = self.hybrid.search(embedding, query.query_str, category, deadline, clock.stage_ms)
         except Exception as exc:  # a failed path is a failed attempt, never an exception to the agent
@@ -115,11 +120,9 @@ class AttemptRunner:
         trace.candidate_count = len(search.candidates)
         trace.top_similarity = max((c.similarity for c in search.candidates), default=None)
 
+        nodes = search.nodes()
+        dispatcher.event(RetrievalEndEvent(str_or_query_bundle=bundle, nodes=nodes))
         with clock("rerank"):
-            bundle = LookupQuery(
-                query_str=query.query_str, embedding=embedding, transform=query.transform, category_filter=category
-            )
-            nodes = search.nodes()
             for postprocessor in self.postprocessors:
                 nodes = postprocessor.postprocess_nodes(nodes, query_bundle=bundle)
             blocks = build_evidence_blocks(
