@@ -103,11 +103,7 @@ class KnowledgeLookup:
         self.path = path or make_path(self.settings, self.client)
         self._refresh_lock = threading.Lock()
         self._load_state()
-        self.traces = trace_store or TraceStore(
-            self.settings.resolved_trace_db_url(),
-            content_chars=self.settings.trace_content_chars,
-            query_chars=self.settings.max_query_chars,
-        )
+        self.traces = trace_store or TraceStore.from_settings(self.settings)
         # The comparison runner (the sidecar) is known only through the protocol in kb_retrieval.beside.
         self.beside = beside
         if self.beside is None and self.settings.sidecar_enabled:

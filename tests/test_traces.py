@@ -116,3 +116,16 @@ def test_sqlite_trace_file_is_readable_by_its_owner_only(tmp_path, sample_lookup
     for name in files:
         assert stat.S_IMODE((tmp_path / "state" / name).stat().st_mode) == 0o600, name
     store.close()
+
+
+def test_lookup_builds_its_trace_store_from_the_settings(sample_settings, embed_model, tmp_path):
+    from kb_retrieval.engine import KnowledgeLookup
+
+    settings = sample_settings.model_copy(
+        update={"trace_query": "redact", "trace_timeout_s": 0.9, "trace_db_url": f"sqlite:///{tmp_path / 't.db'}"}
+    )
+    lookup = KnowledgeLookup(settings, embed_model=embed_model)
+    assert (lookup.traces.query_mode, lookup.traces.timeout_s) == ("redact", 0.9)
+    lookup.lookup(ALERT)
+    assert ALERT not in lookup.traces.rows()[-1].query
+    lookup.close()
