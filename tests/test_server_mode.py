@@ -9,13 +9,14 @@ import time
 from pathlib import Path
 
 import pytest
+from pymilvus import DataType
 
 from kb_retrieval.config import Settings
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing.index_version import index_version
 from kb_retrieval.indexing.ingest import ingest
 from kb_retrieval.indexing.l0_index import L0Index
-from kb_retrieval.indexing.milvus import connect, is_lite_engine, iter_rows
+from kb_retrieval.indexing.milvus import QUERY_WINDOW, connect, ensure_side_collection, is_lite_engine, iter_rows
 from tests.conftest import REPO, SAMPLE_KB
 
 pytestmark = pytest.mark.server
@@ -175,3 +176,23 @@ def test_index_version_shows_another_process_ingest(milvus_server, tmp_path, emb
     other_process_ingests(str(SAMPLE_KB / "jvm"), str(SAMPLE_KB / "network"))  # nothing to write
     time.sleep(1)  # well past the server's time tick
     assert index_version(reader, settings) == after
+
+
+def test_iter_rows_reads_every_row_in_one_query_or_pages(milvus_server, tmp_path, monkeypatch):
+    """A small collection in one strong query (Milvus 2.3's iterator waits a time tick per page); a large one by
+    the query iterator; every row either way."""
+    settings = Settings(state_dir=tmp_path, milvus_uri=milvus_server.uri, collection="kb_server_rows")
+    client = connect(settings)
+
+    def fields(schema):
+        schema.add_field("key", DataType.VARCHAR, is_primary=True, max_length=64)
+
+    ensure_side_collection(client, settings, settings.collection, fields)
+    pages = []
+    real_iterator = client.query_iterator
+    monkeypatch.setattr(client, "query_iterator", lambda *a, **k: pages.append(1) or real_iterator(*a, **k))
+    for total in (50, QUERY_WINDOW // 2 + 500):
+        client.upsert(settings.collection, [{"key": f"k{i:05d}", "vector": [0.0, 0.0]} for i in range(total)])
+        keys = [row["key"] for row in iter_rows(client, settings, ["key"])]
+        assert len(keys) == len(set(keys)) == total
+        assert len(pages) == (0 if total == 50 else 1)

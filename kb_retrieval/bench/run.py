@@ -14,9 +14,13 @@ from typing import Any
 
 from kb_retrieval.bench.quality import SETTINGS, read_cases, run_setting
 from kb_retrieval.bench.report import SYSTEMS, write_bench_charts
-from kb_retrieval.bench.speed import ingest_throughput, latency_at_scale, warm_latency
+from kb_retrieval.bench.speed import ingest_throughput, latency_at_scale, server_scale, warm_latency
 from kb_retrieval.config import Settings
 
+#: The parts of ``make bench``; ``kb-retrieval bench --only PART`` re-runs one and keeps the others' figures.
+PARTS = ("quality", "speed", "scale")
+#: A Milvus server for the scale part; unset, the bench starts its own (PyPI ``milvus``) and stops it after.
+BENCH_MILVUS_URI_ENV = "KB_BENCH_MILVUS_URI"
 README_START = "<!-- bench:start -->"
 README_END = "<!-- bench:end -->"
 
@@ -31,16 +35,16 @@ def run_bench(shared: Path, out_dir: Path, state_root: Path, *, parts: set[str],
     started = time.perf_counter()
     embed_model = load_embed_model()
     previous = out_dir / "bench.json"
-    # Running one part keeps the other part's figures from the last full run.
+    # Running one part keeps the other parts' figures from the last run.
     report: dict[str, Any] = {"quality": {}, "speed": {}}
-    if parts != {"quality", "speed"} and previous.is_file():
-        report = {k: v for k, v in json.loads(previous.read_text(encoding="utf-8")).items() if k in report}
+    if set(parts) != set(PARTS) and previous.is_file():
+        report.update({k: v for k, v in json.loads(previous.read_text(encoding="utf-8")).items() if k in report})
+    runbooks = shared / "corpora" / "runbooks"
+    queries = [c.query for c in read_cases(shared / "golden" / "runbooks-alerts-dev.jsonl")][:60]
     if "quality" in parts:
         for setting in SETTINGS:
             report["quality"][setting.name] = run_setting(setting, shared, state_root, embed_model, _log)
     if "speed" in parts:
-        runbooks = shared / "corpora" / "runbooks"
-        queries = [c.query for c in read_cases(shared / "golden" / "runbooks-alerts-dev.jsonl")][:60]
         settings = Settings(state_dir=state_root / "runbooks", vector_store_mode="sdk")
         from kb_retrieval.indexing.ingest import ingest
 
@@ -51,9 +55,11 @@ def run_bench(shared: Path, out_dir: Path, state_root: Path, *, parts: set[str],
         _remove_tree(throughput_dir)
         report["speed"]["ingest_throughput"] = ingest_throughput(runbooks, throughput_dir, embed_model)
         _log(f"[speed] ingest throughput: {report['speed']['ingest_throughput']}")
+    if "scale" in parts:
         scale_dir = state_root / "scale"
         _remove_tree(scale_dir)
         report["speed"]["scale"] = latency_at_scale(runbooks, scale_dir, queries[:30], embed_model, log=_log)
+        report["speed"]["scale_server"] = run_server_scale(runbooks, state_root, queries[:30], embed_model)
     report["targets"] = targets(report)
     report["seconds_total"] = round(time.perf_counter() - started, 1)
     write_report(report, out_dir)
@@ -61,6 +67,38 @@ def run_bench(shared: Path, out_dir: Path, state_root: Path, *, parts: set[str],
         update_readme(readme, summary_markdown(report))
     print(summary_markdown(report))
     return report
+
+
+def run_server_scale(runbooks: Path, state_root: Path, queries: list[str], embed_model: Any) -> dict[str, Any]:
+    """Scale on a Milvus server: the one ``KB_BENCH_MILVUS_URI`` names (the bench collection dropped first), else
+    a Milvus 2.3 standalone server the bench starts on a fresh data dir and stops, whole process tree, after."""
+    import importlib.metadata
+    import os
+
+    from pymilvus import MilvusClient
+
+    state_dir = state_root / "scale-server"
+    _remove_tree(state_dir)
+    uri = os.environ.get(BENCH_MILVUS_URI_ENV)
+    if uri:
+        settings = Settings(milvus_uri=uri)
+        client = MilvusClient(uri=uri, token=settings.milvus_token.get_secret_value())
+        for name in ("kb_bench_scale", "kb_bench_scale_l0", "kb_bench_scale_meta"):
+            if client.has_collection(name):
+                client.drop_collection(name)
+        figures = server_scale(runbooks, state_dir, queries, embed_model, uri, log=_log)
+        figures["server"] = f"{client.get_server_version()} at {BENCH_MILVUS_URI_ENV}"
+        return figures
+    from kb_retrieval.bench.milvus_server import MilvusServer
+
+    data_dir = state_root / "milvus-server"
+    _remove_tree(data_dir)
+    with MilvusServer(data_dir) as server:
+        _log(f"[scale] Milvus server up at {server.uri} in {server.startup_seconds:.0f} s")
+        figures = server_scale(runbooks, state_dir, queries, embed_model, server.uri, log=_log)
+        release = importlib.metadata.version("milvus")
+        figures["server"] = f"Milvus {release} standalone (PyPI milvus), started by the bench"
+    return figures
 
 
 def _remove_tree(path: Path) -> None:
@@ -99,6 +137,10 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
     throughput = (report.get("speed") or {}).get("ingest_throughput")
     if throughput:
         out["ingest/raw_embedding>=0.85"] = {"ratio": throughput["ratio"], "met": throughput["ratio"] >= 0.85}
+    server_sizes = ((report.get("speed") or {}).get("scale_server") or {}).get("sizes") or []
+    if len(server_sizes) >= 2:  # issue 13: on a server, lookup p50 at 100k chunks <= 2x its p50 at 1k
+        ratio = round(server_sizes[-1]["p50_ms"] / server_sizes[0]["p50_ms"], 3)
+        out["server_p50_100k<=2x_1k"] = {"ratio": ratio, "met": ratio <= 2}
     return out
 
 
@@ -138,6 +180,8 @@ def summary_markdown(report: dict[str, Any]) -> str:
         lines.append(
             "Lookup p50 by collection size: " + ", ".join(f"{s['chunks']} chunks {s['p50_ms']} ms" for s in scale) + "."
         )
+    if server := speed.get("scale_server"):
+        lines.append(server_scale_markdown(server, speed.get("scale") or []))
     if report.get("targets"):
         lines += [
             "",
@@ -146,6 +190,30 @@ def summary_markdown(report: dict[str, Any]) -> str:
             + ".",
         ]
     return "\n".join(lines)
+
+
+def server_scale_markdown(server: dict[str, Any], lite: list[dict[str, Any]]) -> str:
+    """The server's scale figures in one paragraph, beside Lite's index-version cost."""
+    sizes = server["sizes"]
+    params = ", ".join(f"{k}={v}" for k, v in sorted(server["index"]["params"].items()))
+    text = (
+        f"On a Milvus server ({server.get('server', 'Milvus')}, {server['index']['type']}"
+        + (f" {params}" if params else "")
+        + "): lookup p50/p95 by collection size "
+        + ", ".join(f"{s['chunks']} chunks {s['p50_ms']}/{s['p95_ms']} ms" for s in sizes)
+        + "; vector search alone p50 "
+        + ", ".join(f"{s['raw_search_p50_ms']} ms" for s in sizes)
+        + " (recall@20 "
+        + ", ".join(f"{s['recall@20']}" for s in sizes)
+        + f"). Ingest into the server {server['ingest']['ingest_chunks_per_s']} chunks/s "
+        f"({server['ingest']['embed_seconds']} s of {server['ingest']['ingest_seconds']} s embedding); filler inserts "
+        f"{server.get('filler_insert_rows_per_s', 'n/a')} rows/s, flushes "
+        f"{server.get('filler_flush_seconds', 'n/a')} s in all. One index-version check p50: server "
+        f"{sizes[-1]['index_version_p50_ms']} ms"
+    )
+    if lite and "index_version_p50_ms" in lite[-1]:
+        text += f", Milvus Lite {lite[-1]['index_version_p50_ms']} ms"
+    return text + "."
 
 
 def _fmt(value: float | None) -> str:

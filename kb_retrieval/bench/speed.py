@@ -107,58 +107,194 @@ def latency_at_scale(
     embed_model: Any,
     sizes: Sequence[int] = (1_000, 10_000, 100_000),
     log: Callable[[str], None] = print,
+    *,
+    milvus_uri: str | None = None,
+    collection: str = "scale",
 ) -> list[dict[str, Any]]:
-    """The real runbook chunks plus synthetic filler rows (random unit vectors) up to each size."""
-    from kb_retrieval.engine import KnowledgeLookup
-    from kb_retrieval.indexing.ingest import ingest
-    from kb_retrieval.indexing.milvus import connect
+    """Lookup latency as the collection grows: the real runbook chunks plus synthetic filler rows (random unit
+    vectors) up to each size, on Milvus Lite (``milvus_uri`` None: a data dir under ``state_dir``) or a server.
 
-    settings = Settings(state_dir=state_dir, collection="scale", vector_store_mode="sdk")
+    Per size, after a warm-up pass and with each query twice: lookup p50/p95 and the search stage's p50; the raw
+    vector search alone (p50) and its recall@20 against an exact search over the same vectors (optimistic: random
+    filler is far from every query); the cost of one :func:`index_version` check; how long a new
+    ``KnowledgeLookup`` took to build (it scans the collection for BM25). On a server the figures are taken once
+    every row is indexed.
+    """
+    return _grow_and_measure(kb_root, state_dir, queries, embed_model, sizes, log, milvus_uri, collection)
+
+
+def server_scale(
+    kb_root: Path,
+    state_dir: Path,
+    queries: Sequence[str],
+    embed_model: Any,
+    milvus_uri: str,
+    sizes: Sequence[int] = (1_000, 10_000, 100_000),
+    log: Callable[[str], None] = print,
+    *,
+    collection: str = "kb_bench_scale",
+) -> dict[str, Any]:
+    """Scale on a Milvus server: the index it built, ingest throughput into it, filler insert rate, and
+    :func:`latency_at_scale` at each size."""
+    from kb_retrieval.indexing.milvus import vector_index
+
+    settings = _scale_settings(state_dir, milvus_uri, collection)
+    index_type, params = vector_index(settings, lite=False)
+    figures: dict[str, Any] = {"index": {"type": index_type, "params": params}}
+    figures["sizes"] = _grow_and_measure(
+        kb_root, state_dir, queries, embed_model, sizes, log, milvus_uri, collection, figures=figures
+    )
+    return figures
+
+
+def _scale_settings(state_dir: Path, milvus_uri: str | None, collection: str) -> Settings:
+    return Settings(state_dir=state_dir, collection=collection, vector_store_mode="sdk", milvus_uri=milvus_uri)
+
+
+def _grow_and_measure(
+    kb_root: Path,
+    state_dir: Path,
+    queries: Sequence[str],
+    embed_model: Any,
+    sizes: Sequence[int],
+    log: Callable[[str], None],
+    milvus_uri: str | None,
+    collection: str,
+    *,
+    figures: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    from kb_retrieval.engine import KnowledgeLookup
+    from kb_retrieval.indexing.embeddings import embed_query
+    from kb_retrieval.indexing.index_version import index_version
+    from kb_retrieval.indexing.ingest import ingest
+    from kb_retrieval.indexing.milvus import connect, is_lite_engine, iter_rows, search_params
+
+    settings = _scale_settings(state_dir, milvus_uri, collection)
     summary = ingest([kb_root], settings, embed_model=embed_model)
     client = connect(settings)
-    rows = summary.chunks_added + summary.chunks_unchanged
+    lite = is_lite_engine(client, settings)
+    if figures is not None:
+        figures["ingest"] = {
+            "chunks": summary.chunks_embedded,
+            "ingest_chunks_per_s": round(summary.chunks_embedded / summary.seconds, 2),
+            "ingest_seconds": summary.seconds,
+            "embed_seconds": summary.embed_seconds,
+            "write_seconds": round(summary.seconds - summary.embed_seconds, 3),
+        }
+        log(f"[scale] ingest on the server: {figures['ingest']}")
+    ids: list[str] = []
+    blocks: list[np.ndarray] = []
+    for row in iter_rows(client, settings, [settings.id_field, settings.vector_field]):
+        ids.append(row[settings.id_field])
+        blocks.append(np.asarray([row[settings.vector_field]], dtype=np.float32))
+    rows = len(ids)
+    query_vectors = np.asarray([embed_query(embed_model, q) for q in queries], dtype=np.float32)
     rng = np.random.default_rng(7)
+    insert_seconds = flush_seconds = 0.0
+    inserted = 0
     out = []
     for size in sizes:
+        t0 = time.perf_counter()
         while rows < size:
             n = min(10_000, size - rows)
             vectors = rng.standard_normal((n, settings.dim)).astype(np.float32)
             vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-            client.insert(
-                settings.collection,
-                [
-                    {
-                        "id": f"filler-{rows + i}",
-                        "content": "synthetic filler",
-                        "vector": vectors[i].tolist(),
-                        "metadata": {"title": "filler"},
-                        "category": "filler",
-                        "source": f"filler/{(rows + i) // 10}.md",
-                    }
-                    for i in range(n)
-                ],
-            )
+            client.insert(settings.collection, [_filler_row(settings, rows + i, vectors[i]) for i in range(n)])
+            ids.extend(f"filler-{rows + i}" for i in range(n))
+            blocks.append(vectors)
             rows += n
+            inserted += n
         # As ingest does after writing: Milvus Lite searches rows it has not flushed by brute force over a growing
-        # segment (measured here: 10k unflushed rows ~500 ms per search, ~20 ms once flushed).
+        # segment (measured here: 10k unflushed rows ~500 ms per search, ~20 ms once flushed). A server flushes on
+        # its own, but the figures are meant for a collection whose every row is indexed.
+        insert_seconds += time.perf_counter() - t0
+        t0 = time.perf_counter()
         client.flush(settings.collection)
+        flush_seconds += time.perf_counter() - t0
+        index_seconds = 0.0 if lite else _wait_until_indexed(client, settings)
+        t0 = time.perf_counter()
         lookup = KnowledgeLookup(settings, embed_model=embed_model, client=client)
-        for query in queries[:3]:
+        build_s = time.perf_counter() - t0
+        for query in queries:  # warm-up: caches, connections, the query encoder's first calls
             lookup.lookup(query)
         times, search = [], []
-        for query in queries:
+        for query in [*queries, *queries]:
             t0 = time.perf_counter()
             result = lookup.lookup(query)
             times.append((time.perf_counter() - t0) * 1000)
             search.append(result.stage_ms.get("search", 0.0))
         lookup.close()
+        raw_ms, recall = _raw_search(client, settings, query_vectors, np.concatenate(blocks), ids, search_params)
+        version_ms = []
+        for _ in range(50):
+            t0 = time.perf_counter()
+            index_version(client, settings)
+            version_ms.append((time.perf_counter() - t0) * 1000)
         out.append(
             {
                 "chunks": rows,
                 "p50_ms": percentile(times, 50),
                 "p95_ms": percentile(times, 95),
                 "search_p50_ms": percentile(search, 50),
+                "raw_search_p50_ms": raw_ms,
+                "recall@20": recall,
+                "index_version_p50_ms": percentile(version_ms, 50),
+                "lookup_build_s": round(build_s, 2),
+                "index_wait_s": round(index_seconds, 1),
             }
         )
-        log(f"[scale] {rows} chunks: p50 {out[-1]['p50_ms']} ms")
+        log(f"[scale] {'lite' if lite else 'server'} {rows} chunks: {out[-1]}")
+    if figures is not None and inserted:
+        figures["filler_insert_rows_per_s"] = round(inserted / insert_seconds, 1)
+        figures["filler_flush_seconds"] = round(flush_seconds, 1)
     return out
+
+
+def _filler_row(settings: Settings, number: int, vector: np.ndarray) -> dict[str, Any]:
+    return {
+        settings.id_field: f"filler-{number}",
+        settings.content_field: "synthetic filler",
+        settings.vector_field: vector.tolist(),
+        settings.metadata_field: {"title": "filler"},
+        settings.category_field: "filler",
+        settings.source_field: f"filler/{number // 10}.md",
+    }
+
+
+def _wait_until_indexed(client: Any, settings: Settings, timeout_s: float = 900) -> float:
+    """Seconds until the server reports no row waiting for the vector index (segments are indexed once sealed)."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < timeout_s:
+        info = client.describe_index(settings.collection, settings.vector_field) or {}
+        if int(info.get("pending_index_rows", 0)) == 0 and info.get("state", "Finished") == "Finished":
+            break
+        time.sleep(1)
+    return time.perf_counter() - started
+
+
+def _raw_search(
+    client: Any,
+    settings: Settings,
+    queries: np.ndarray,
+    vectors: np.ndarray,
+    ids: list[str],
+    search_params: Callable[[Settings, int], dict[str, Any]],
+    k: int = 20,
+) -> tuple[float, float]:
+    """p50 ms of the vector search alone (top ``k``), and its recall@k against an exact search (vectors are unit
+    length, so COSINE is the dot product)."""
+    exact = np.argsort(-(queries @ vectors.T), axis=1)[:, :k]
+    times, found = [], 0
+    for query, truth in zip(queries, exact, strict=True):
+        t0 = time.perf_counter()
+        hits = client.search(
+            settings.collection,
+            data=[query.tolist()],
+            anns_field=settings.vector_field,
+            limit=k,
+            search_params=search_params(settings, k),
+            output_fields=[settings.id_field],
+        )[0]
+        times.append((time.perf_counter() - t0) * 1000)
+        found += len({hit["id"] for hit in hits} & {ids[i] for i in truth})
+    return percentile(times, 50), round(found / (k * len(queries)), 4)
