@@ -34,6 +34,8 @@ from kb_retrieval.knowledge.text import heading, is_fence
 log = logging.getLogger(__name__)
 
 MARKDOWN_SUFFIXES = (".md", ".markdown")
+#: Bumped whenever the rows written for an unchanged file change (2: breadcrumbs start at the opening H1).
+ROWS_VERSION = 2
 _CAMEL_ID = re.compile(r"\b[A-Z][a-z0-9]+(?:[A-Z][A-Za-z0-9]*)+\b")
 
 
@@ -176,8 +178,9 @@ def _load_document(path: Path, source_id: str, real_root: Path, category_from: s
         category = _category_from_path(source_id, category_from)
     keywords = _as_list(frontmatter.pop("keywords", None)) or _derived_keywords(source_id, title, headings)
     entities = _as_list(frontmatter.pop("entities", None))
-    # Everything a row stores about its document: a change in how fields are derived rewrites the rows too.
-    derived = json.dumps([category, title, keywords, entities], ensure_ascii=False).encode()
+    # Everything a row stores about its document: a change in how fields are derived rewrites the rows too, and so
+    # does a new ROWS_VERSION (how a document becomes rows: chunking, breadcrumbs), so an upgrade re-ingests.
+    derived = json.dumps([ROWS_VERSION, category, title, keywords, entities], ensure_ascii=False).encode()
     digest = hashlib.sha256(raw + b"\x00" + derived).hexdigest()
     return KbDocument(
         source_id=source_id,

@@ -338,3 +338,14 @@ def test_content_hash_changes_with_content_and_category_only(tmp_path: Path) -> 
     assert load_knowledge_base(tmp_path, category_from="none").documents[0].content_hash != first
     write(tmp_path, "a/doc.md", GOOD + "more\n")
     assert load_knowledge_base(tmp_path).documents[0].content_hash != first
+
+
+def test_a_new_rows_version_changes_every_document_hash(tmp_path, monkeypatch):
+    """An upgrade that changes the rows of unchanged files (chunking, breadcrumbs) must make ingest rewrite them."""
+    from kb_retrieval.knowledge import loader
+
+    (tmp_path / "a.md").write_text("# A\n\nSome text.\n", encoding="utf-8")
+    before = load_knowledge_base(tmp_path).documents[0].content_hash
+    assert load_knowledge_base(tmp_path).documents[0].content_hash == before  # deterministic
+    monkeypatch.setattr(loader, "ROWS_VERSION", loader.ROWS_VERSION + 1)
+    assert load_knowledge_base(tmp_path).documents[0].content_hash != before
