@@ -218,11 +218,14 @@ def _grow_and_measure(
         for query in queries:  # warm-up: caches, connections, the query encoder's first calls
             lookup.lookup(query)
         times, search = [], []
+        stages: dict[str, list[float]] = {}
         for query in [*queries, *queries]:
             t0 = time.perf_counter()
             result = lookup.lookup(query)
             times.append((time.perf_counter() - t0) * 1000)
             search.append(result.stage_ms.get("search", 0.0))
+            for stage, ms in result.stage_ms.items():
+                stages.setdefault(stage, []).append(ms)
         lookup.close()
         raw_ms, recall = _raw_search(client, settings, query_vectors, np.concatenate(blocks), ids, search_params)
         version_ms = []
@@ -236,6 +239,7 @@ def _grow_and_measure(
                 "p50_ms": percentile(times, 50),
                 "p95_ms": percentile(times, 95),
                 "search_p50_ms": percentile(search, 50),
+                "stage_mean_ms": {k: round(statistics.fmean(v), 3) for k, v in sorted(stages.items())},
                 "raw_search_p50_ms": raw_ms,
                 "recall@20": recall,
                 "index_version_p50_ms": percentile(version_ms, 50),

@@ -7,10 +7,18 @@ same code at small sizes on real Milvus (Lite, the test session's server) and pi
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
-from kb_retrieval.bench.run import PARTS, server_scale_markdown, summary_markdown, targets
+from kb_retrieval.bench.run import (
+    PARTS,
+    previous_figures,
+    seconds_key,
+    server_scale_markdown,
+    summary_markdown,
+    targets,
+)
 from kb_retrieval.bench.speed import latency_at_scale, server_scale
 from kb_retrieval.cli import build_parser
 from tests.conftest import SAMPLE_KB
@@ -77,3 +85,19 @@ def test_server_scale_on_the_test_server(milvus_server, tmp_path, embed_model):
     assert [p["chunks"] for p in figures["sizes"]] == [200, 2500]
     for point in figures["sizes"]:
         assert point["recall@20"] >= 0.9 and 0 < point["p50_ms"] <= point["p95_ms"]
+
+
+def test_a_partial_run_keeps_the_other_figures_in_full_run_order(tmp_path):
+    previous = tmp_path / "bench.json"
+    quality = {
+        "runbooks": {"runbooks-alerts-unmapped": 1, "runbooks-alerts-dev": 2},
+        "mixed": {"runbooks-alerts-dev": 3},
+    }
+    figures = {"quality": quality, "speed": {"scale": LITE}, "seconds_total": 900.0, "targets": {}}
+    previous.write_text(json.dumps(figures, sort_keys=True), encoding="utf-8")
+    kept = previous_figures(previous)
+    assert list(kept["quality"]) == ["runbooks", "mixed"]  # SETTINGS order, not the file's sorted keys
+    assert list(kept["quality"]["runbooks"]) == ["runbooks-alerts-dev", "runbooks-alerts-unmapped"]
+    assert kept["speed"] == {"scale": LITE} and kept["seconds_total"] == 900.0 and "targets" not in kept
+    assert seconds_key({"scale"}) == "seconds_scale" and seconds_key({"speed", "quality"}) == "seconds_quality+speed"
+    assert seconds_key({"quality", "speed", "scale"}) == "seconds_total"
