@@ -259,6 +259,11 @@ class KBSettings(BaseSettings):
     doc_focus_weight: float = Field(
         default=0.45, ge=0, le=1, description="Boost by the share of a document's chunks among the candidates."
     )
+    expand_documents: bool = Field(
+        default=True,
+        description="Small-to-big: an evidence block is its whole document (sections in order, matched ones "
+        "marked); the context pack gives the top document whole when it fits, the others' matched sections.",
+    )
     lookup_timeout_s: float = Field(
         default=20.0,
         gt=0,
@@ -272,7 +277,11 @@ class KBSettings(BaseSettings):
         "reloads the L0 index and in-process BM25 when another process has ingested; 0 checks on every lookup.",
     )
     retriever_workers: int = Field(
-        default=8, ge=1, le=64, description="Threads that run lookups for async callers (aretrieve, aquery)."
+        default=2,
+        ge=1,
+        le=64,
+        description="Threads that run lookups for async callers (aretrieve, aquery). A lookup is mostly CPU work "
+        "under the GIL (embedding, rerank): more threads than cores only make the event loop wait longer for it.",
     )
     context_budget_tokens: int = Field(default=1200, ge=64, description="Token budget of the context pack.")
     max_query_chars: int = Field(default=4000, ge=16, description="Longer queries are truncated (noted).")

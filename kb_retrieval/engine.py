@@ -43,6 +43,7 @@ from kb_retrieval.retrieval.attempts import AttemptRunner, L1Outcome
 from kb_retrieval.retrieval.context_pack import pack_context
 from kb_retrieval.retrieval.deadline import Deadline
 from kb_retrieval.retrieval.dedupe import SourceDeduplicator
+from kb_retrieval.retrieval.expand import DocumentExpander, SectionStore
 from kb_retrieval.retrieval.hybrid import HybridRetriever, LookupQuery
 from kb_retrieval.retrieval.l0_hints import L0HintProvider
 from kb_retrieval.retrieval.l1 import L1Retriever, VectorPath, make_path
@@ -101,6 +102,7 @@ class KnowledgeLookup:
         self.query_embed_model = query_encoder(self.settings, embed_model)
         self.embed_model = embed_model or self.query_embed_model
         self.path = path or make_path(self.settings, self.client)
+        self.sections = SectionStore(self.client, self.settings)
         self._refresh_lock = threading.Lock()
         self._load_state()
         self.traces = trace_store or TraceStore.from_settings(self.settings)
@@ -123,7 +125,14 @@ class KnowledgeLookup:
             title_coverage_limit=scoring.l0_title_coverage_limit,
         )
         self.lexical = self._build_lexical() if self.settings.lexical_enabled else None
-        self._assemble()
+        if not hasattr(self, "attempts"):
+            self._assemble()
+            return
+        # A reload swaps the state in the parts already assembled (a lookup in flight keeps what it read).
+        self.hybrid.lexical = self.lexical
+        for postprocessor in self.postprocessors:
+            if isinstance(postprocessor, RuleReranker):
+                postprocessor.l0 = self.l0
 
     def refresh(self, *, force: bool = False) -> bool:
         """Reload the L0 index and BM25 when another process's ingest changed the index version (checked at most
@@ -156,6 +165,7 @@ class KnowledgeLookup:
                 focus_saturation=s.scoring.focus_saturation,
                 focus_padding=s.scoring.focus_padding,
             ),
+            DocumentExpander(sections=self.sections, max_documents=s.max_evidence_blocks if s.expand_documents else 0),
         ]
         self.attempts = AttemptRunner(self.hybrid, self.postprocessors, s)
 
@@ -203,7 +213,7 @@ class KnowledgeLookup:
         job = self.beside.start(query) if self.beside else None  # runs beside from here; never changes the result
         clock = StageClock()
 
-        l0, attempts = self.l0, self.attempts  # one consistent set of parts, whatever a refresh does meanwhile
+        l0, attempts = self.l0, self.attempts  # the L0 provider this lookup's hints come from, whatever a refresh does
         with clock("query_transform"):
             transform = transform_query(query, l0, self.settings.max_query_chars)
             if self.l0_off_reason:

@@ -93,6 +93,7 @@ class Candidate(Contract):
     keywords: list[str] = Field(default_factory=list)
     entities: list[str] = Field(default_factory=list)
     chunk_count: int | None = Field(default=None, description="How many chunks the candidate's document has.")
+    position: int | None = Field(default=None, description="The chunk's place in its document (0 = first).")
     score: float = Field(description="The raw value the path returned.")
     score_label: ScoreLabel
     path: Literal["vectorstore", "sdk", "external"]
@@ -153,6 +154,16 @@ class RerankTrace(Contract):
     entries: list[RerankEntry] = Field(default_factory=list)
 
 
+class DocumentSection(Contract):
+    """One section (chunk) of an evidence document, in document order; ``matched`` when retrieval found it."""
+
+    breadcrumb: str | None = None
+    content: str
+    position: int
+    matched: bool = False
+    hit_reasons: list[str] = Field(default_factory=list)
+
+
 class EvidenceBlock(Contract):
     source: str
     title: str | None = None
@@ -163,6 +174,10 @@ class EvidenceBlock(Contract):
     hit_reasons: list[str] = Field(default_factory=list)
     score: float = Field(description="Final rerank score.")
     similarity: float = Field(description="Normalised semantic similarity of the block's best chunk.")
+    sections: list[DocumentSection] = Field(
+        default_factory=list,
+        description="The document's sections in order, matched ones marked (empty: the block is its best chunk).",
+    )
 
 
 class PackedBlock(Contract):
@@ -180,6 +195,9 @@ class ContextPackSummary(Contract):
     included_sources: list[str] = Field(default_factory=list)
     truncated_sources: list[str] = Field(default_factory=list)
     omitted_sources: list[str] = Field(default_factory=list)
+    sections_left_out: dict[str, int] = Field(
+        default_factory=dict, description="Per source, how many of its unmatched sections the budget left out."
+    )
 
 
 class ContextPack(Contract):

@@ -80,7 +80,9 @@ def assemble_result(
         ),
         rerank_trace=rerank_trace(selected),
         relevance_level=relevance(blocks, scoring),
-        completeness_hint=completeness(blocks, pack.summary.truncated_sources, pack.summary.omitted_sources),
+        completeness_hint=completeness(
+            blocks, pack.summary.truncated_sources, pack.summary.omitted_sources, pack.summary.sections_left_out
+        ),
         retrieval_layer=layer(transform, attempts, blocks),
         stage_ms=stage_ms,
     )
@@ -113,11 +115,19 @@ def relevance(blocks: list[EvidenceBlock], scoring: ScoringSettings) -> Relevanc
     return "high" if top >= scoring.relevance_high else "medium" if top >= scoring.relevance_medium else "low"
 
 
-def completeness(blocks: list[EvidenceBlock], truncated: list[str], omitted: list[str]) -> str:
+def completeness(
+    blocks: list[EvidenceBlock], truncated: list[str], omitted: list[str], left_out: dict[str, int] | None = None
+) -> str:
     if not blocks:
         return "no_evidence"
     if omitted or truncated:
         return "partial: context budget truncated or omitted evidence; ask a narrower question for more"
+    if left_out:
+        whole = "the top document whole, " if blocks[0].source not in left_out else ""
+        return (
+            f"matched_sections: {whole}matched sections of the others "
+            f"({sum(left_out.values())} unmatched section(s) left out)"
+        )
     if len(blocks) == 1:
         return "single_source: one document answers; it may not cover every aspect"
     return f"multiple_sources: {len(blocks)} documents, all packed whole"

@@ -9,8 +9,9 @@ import pytest
 
 from kb_retrieval.config import Settings
 from kb_retrieval.engine import KnowledgeLookup
-from kb_retrieval.indexing.l0_index import L0Entry, L0Index
+from kb_retrieval.indexing.l0_index import L0Entry
 from kb_retrieval.models import EvidenceStatus
+from kb_retrieval.retrieval.l0_hints import L0HintProvider
 from kb_retrieval.retrieval.l1.base import L1Search
 
 ALERT = "RedisMemoryHigh: Redis memory usage above 90% of maxmemory on redis-cache-01:6379"
@@ -216,16 +217,15 @@ def test_filtered_success_uses_filtered_candidates_without_retry(sample_lookup):
 
 def test_filtered_no_candidates_retries_unfiltered(sample_settings, embed_model, tmp_path):
     # An L0 entry in a category with no rows in Milvus: the filtered attempt finds nothing.
-    index = L0Index.load(sample_settings.l0_index_path())
-    index.documents["ghost/ghost.md"] = L0Entry(
-        kb="elsewhere", title="Ghost", category="ghost", keywords=["GhostAlert"]
-    )
-    settings = sample_settings.model_copy(update={"state_dir": tmp_path})
-    settings.l0_index_path().parent.mkdir(parents=True)
-    index.save(settings.l0_index_path())
+    settings = sample_settings.model_copy(update={"state_dir": tmp_path, "freshness_check_s": 3600})
     lookup = KnowledgeLookup(
         settings.model_copy(update={"milvus_uri": sample_settings.resolved_milvus_uri()}), embed_model=embed_model
     )
+    index = lookup.l0.index.model_copy(deep=True)
+    index.documents["ghost/ghost.md"] = L0Entry(
+        kb="elsewhere", title="Ghost", category="ghost", keywords=["GhostAlert"]
+    )
+    lookup.l0 = L0HintProvider(index)
     result = lookup.lookup("GhostAlert: redis memory usage above maxmemory")
     trace = result.retrieval_trace
     assert trace.attempts[0].outcome == "no_candidates"

@@ -34,6 +34,7 @@ RUNBOOK_SETS = (
     "runbooks-alerts-instances",
     "runbooks-alerts-etcd",
     "runbooks-alerts-unmapped",
+    "runbooks-paraphrase-dev",
 )
 SETTINGS = (
     Setting("runbooks", ("runbooks",), RUNBOOK_SETS),
@@ -47,6 +48,18 @@ class Case:
     case_id: str
     query: str
     relevant: set[str]
+    keywords: list[str] = field(default_factory=list)
+    breadcrumbs: list[str] = field(default_factory=list)
+
+    @property
+    def judged_strong(self) -> bool:
+        """An answerable case that names what its evidence must hold (keywords or breadcrumbs)."""
+        return bool(self.relevant and (self.keywords or self.breadcrumbs))
+
+    def strong(self, evidence_text: str) -> bool:
+        """Spec 002's strong, judged on the text the agent received for the expected document."""
+        text = evidence_text.casefold()
+        return all(k.casefold() in text for k in self.keywords) and all(b.casefold() in text for b in self.breadcrumbs)
 
 
 def read_cases(path: Path) -> list[Case]:
@@ -56,7 +69,15 @@ def read_cases(path: Path) -> list[Case]:
         if line.strip():
             record = json.loads(line)
             relevant = set(record.get("expected_docs") or []) | set(record.get("acceptable_docs") or [])
-            cases.append(Case(record["case_id"], record.get("query") or "", relevant))
+            cases.append(
+                Case(
+                    record["case_id"],
+                    record.get("query") or "",
+                    relevant,
+                    list(record.get("expected_keywords") or []),
+                    list(record.get("expected_breadcrumbs") or []),
+                )
+            )
     return cases
 
 
@@ -68,6 +89,14 @@ class SystemScores:
     no_answer: int = 0
     no_answer_correct: int = 0
     answerable_found: int = 0
+    strong_judged: int = 0
+    strong: int = 0
+
+    def add_strong(self, case: Case, top_source: str | None, evidence_text: str) -> None:
+        """Strong@1: the first document is right and its packed evidence holds every expected keyword/breadcrumb."""
+        if case.judged_strong:
+            self.strong_judged += 1
+            self.strong += int(top_source in case.relevant and case.strong(evidence_text))
 
     def add(self, case: Case, ranking: list[str], found: bool) -> None:
         if not case.relevant:
@@ -90,6 +119,8 @@ class SystemScores:
         out["mrr@10"] = round(self.reciprocal_ranks / n, 4) if n else None
         out["no_answer_found_false"] = round(self.no_answer_correct / self.no_answer, 4) if self.no_answer else None
         out["answerable_found_true"] = round(self.answerable_found / n, 4) if n else None
+        out["strong@1"] = round(self.strong / self.strong_judged, 4) if self.strong_judged else None
+        out["strong_judged"] = self.strong_judged
         return out
 
 
@@ -118,6 +149,9 @@ def run_setting(
                 result, ranking = lookup.lookup_ranked(case.query)
                 found = result.found
                 scores["lookup_knowledge"].add(case, [c.source for c in ranking] if found else [], found)
+                top = result.context_pack.blocks[0] if found and result.context_pack.blocks else None
+                packed = f"{top.breadcrumb or ''}\n{top.content}" if top else ""
+                scores["lookup_knowledge"].add_strong(case, top.source if top else None, packed)
             except EmptyQueryError:
                 scores["lookup_knowledge"].add(case, [], False)
             for name, retriever in stock.by_name().items():

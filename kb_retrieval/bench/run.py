@@ -169,16 +169,17 @@ def summary_markdown(report: dict[str, Any]) -> str:
     lines = [
         "| setting | golden set | "
         + " | ".join(f"{s} hit@1" for s in SYSTEMS)
-        + " | lookup_knowledge no-answer found=false |"
+        + " | lookup_knowledge no-answer found=false | lookup_knowledge strong@1 |"
     ]
-    lines.append("| --- | --- | " + " | ".join("---:" for _ in SYSTEMS) + " | ---: |")
+    lines.append("| --- | --- | " + " | ".join("---:" for _ in SYSTEMS) + " | ---: | ---: |")
     for setting, sets in (report.get("quality") or {}).items():
         for name, systems in sets.items():
             cells = [_fmt(systems[s]["hit@1"]) for s in SYSTEMS]
             lines.append(
                 f"| {setting} | {name} | "
                 + " | ".join(cells)
-                + f" | {_fmt(systems['lookup_knowledge']['no_answer_found_false'])} |"
+                + f" | {_fmt(systems['lookup_knowledge']['no_answer_found_false'])}"
+                + f" | {_fmt(systems['lookup_knowledge'].get('strong@1'))} |"
             )
     speed = report.get("speed") or {}
     if latency := speed.get("warm_latency"):
@@ -267,20 +268,28 @@ def write_report(report: dict[str, Any], out_dir: Path) -> None:
         md += [
             f"### {setting}",
             "",
-            "| golden set | system | hit@1 | hit@3 | hit@5 | MRR@10 | no-answer found=false | answerable found=true |",
-            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+            "| golden set | system | hit@1 | hit@3 | hit@5 | MRR@10 | no-answer found=false | answerable found=true "
+            "| strong@1 (judged) |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for name, systems in sets.items():
             for system in SYSTEMS:
                 m = systems[system]
                 md.append(
                     f"| {name} | {system} | {_fmt(m['hit@1'])} | {_fmt(m['hit@3'])} | {_fmt(m['hit@5'])} | "
-                    f"{_fmt(m['mrr@10'])} | {_fmt(m['no_answer_found_false'])} | {_fmt(m['answerable_found_true'])} |"
+                    f"{_fmt(m['mrr@10'])} | {_fmt(m['no_answer_found_false'])} | {_fmt(m['answerable_found_true'])} | "
+                    f"{_strong(m)} |"
                 )
         md.append("")
     if speed := report.get("speed"):
         md += ["## Speed", "", "```json", json.dumps(speed, indent=2, sort_keys=True), "```", ""]
     (out_dir / "bench.md").write_text("\n".join(md), encoding="utf-8")
+
+
+def _strong(m: dict[str, Any]) -> str:
+    """strong@1 with the number of cases it was judged on (n/a for the stock retrievers: judged on the packed
+    evidence the agent receives, which only lookup_knowledge has)."""
+    return f"{_fmt(m['strong@1'])} ({m['strong_judged']})" if m.get("strong@1") is not None else "n/a"
 
 
 def update_readme(readme: Path, summary: str) -> None:

@@ -102,7 +102,11 @@ class AttemptRunner:
             return AttemptResult(trace)
         t0 = time.perf_counter()
         bundle = LookupQuery(
-            query_str=query.query_str, embedding=embedding, transform=query.transform, category_filter=category
+            query_str=query.query_str,
+            embedding=embedding,
+            transform=query.transform,
+            category_filter=category,
+            deadline=deadline,
         )
         dispatcher.event(RetrievalStartEvent(str_or_query_bundle=bundle))
         try:

@@ -4,6 +4,10 @@ Each included block is a header (source, title, breadcrumb, hit reasons: never t
 (truncated to what the budget leaves). A block whose header no longer fits is omitted whole. The summary lists the
 included, truncated and omitted sources. Tokens are counted with the same approximate counter as the chunker.
 
+A block that carries its document's sections (small-to-big) is packed by rank: the first document whole when it
+fits, else its matched sections and then its other sections in document order as they fit; each later document its
+matched sections only. Matched sections are marked. ``sections_left_out`` counts the unmatched sections left out.
+
 Example:
     >>> pack = pack_context(blocks, budget_tokens=800)  # doctest: +SKIP
     >>> pack.summary.used_tokens <= 800  # doctest: +SKIP
@@ -15,10 +19,37 @@ from __future__ import annotations
 from llama_index.core.instrumentation import get_dispatcher
 
 from kb_retrieval.knowledge.text import count_tokens, truncate_to_tokens
-from kb_retrieval.models import ContextPack, ContextPackSummary, EvidenceBlock, PackedBlock
+from kb_retrieval.models import ContextPack, ContextPackSummary, DocumentSection, EvidenceBlock, PackedBlock
 
 MIN_CONTENT_TOKENS = 12  # the default of Settings.scoring.min_content_tokens
 TRUNCATION_MARK = " [...]"
+MATCHED_MARK = " (matched)"
+
+
+def render_sections(sections: list[DocumentSection]) -> str:
+    """Sections as text in the order given: a heading line (the breadcrumb, marked when matched), then the text."""
+    parts = []
+    for section in sections:
+        heading = f"### {section.breadcrumb or '(untitled section)'}{MATCHED_MARK if section.matched else ''}"
+        parts.append(f"{heading}\n{section.content}")
+    return "\n\n".join(parts)
+
+
+def _document_content(block: EvidenceBlock, rank: int, room: int) -> tuple[str, int]:
+    """The block's text for ``room`` tokens, and how many unmatched sections it leaves out."""
+    sections = block.sections
+    whole = render_sections(sections)
+    if rank == 0 and count_tokens(whole) <= room:
+        return whole, 0
+    chosen = [s for s in sections if s.matched]
+    if rank == 0:  # the top document: its other sections in document order while they fit
+        for section in sections:
+            if not section.matched:
+                trial = sorted([*chosen, section], key=lambda x: x.position)
+                if count_tokens(render_sections(trial)) <= room:
+                    chosen = trial
+    chosen.sort(key=lambda x: x.position)
+    return render_sections(chosen), sum(1 for s in sections if not s.matched and s not in chosen)
 
 
 def block_header(index: int, block: EvidenceBlock | PackedBlock) -> str:
@@ -44,6 +75,7 @@ def pack_context(
     used = 0
     omitted: list[str] = []
     truncated: list[str] = []
+    sections_left_out: dict[str, int] = {}
     mark_tokens = count_tokens(TRUNCATION_MARK)
     for block in blocks:
         header = block_header(len(packed) + 1, block)
@@ -53,6 +85,10 @@ def pack_context(
             omitted.append(block.source)
             continue
         content = block.content
+        if block.sections:
+            content, left_out = _document_content(block, len(packed), room)
+            if left_out:
+                sections_left_out[block.source] = left_out
         is_cut = count_tokens(content) > room
         if is_cut:
             content = truncate_to_tokens(content, room - mark_tokens) + TRUNCATION_MARK
@@ -79,5 +115,6 @@ def pack_context(
             included_sources=[b.source for b in packed],
             truncated_sources=truncated,
             omitted_sources=omitted,
+            sections_left_out=sections_left_out,
         ),
     )

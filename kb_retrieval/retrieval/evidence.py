@@ -6,6 +6,7 @@ from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.schema import NodeWithScore
 
 from kb_retrieval.models import EvidenceBlock
+from kb_retrieval.retrieval.context_pack import render_sections
 from kb_retrieval.retrieval.stage import stage_of
 
 dispatcher = get_dispatcher(__name__)
@@ -19,7 +20,8 @@ def build_evidence_blocks(
 
     The evidence score is the L1 similarity plus the boosts of L0 hints that this L1 candidate matched: an L1 chunk
     corroborated by an exact alert-name or title match is usable at a lower similarity. The content always comes
-    from L1; an L0 match alone never makes a block. A node without a rerank record is judged on its score.
+    from L1; an L0 match alone never makes a block. A node without a rerank record is judged on its score. A node the
+    document expander expanded becomes a document block: its sections in order, matched ones marked.
 
     A block's layer is ``L0+L1`` when an L0 hint contributed to it, else ``L1``.
     """
@@ -32,6 +34,7 @@ def build_evidence_blocks(
             continue
         reasons = record.hit_reasons if record is not None else []
         candidate = stage.candidate
+        document = stage.document
         blocks.append(
             EvidenceBlock(
                 source=candidate.source,
@@ -39,7 +42,8 @@ def build_evidence_blocks(
                 breadcrumb=candidate.breadcrumb,
                 category=candidate.category,
                 retrieval_layer="L0+L1" if any(r.kind.from_l0 for r in reasons) else "L1",
-                content=candidate.content,
+                content=render_sections(document) if document else candidate.content,
+                sections=document,
                 hit_reasons=[str(r) for r in reasons],
                 score=round(float(node.score or 0.0), 6),
                 similarity=round(candidate.similarity, 6),

@@ -41,6 +41,7 @@ class LookupQuery(QueryBundle):
 
     transform: QueryTransform | None = None
     category_filter: str | None = None
+    deadline: Deadline | None = None
 
 
 @dataclass

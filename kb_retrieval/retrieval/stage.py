@@ -19,7 +19,7 @@ from enum import Enum
 from llama_index.core.schema import NodeWithScore, TextNode
 from pydantic import BaseModel, Field
 
-from kb_retrieval.models import Candidate, ScoreLabel
+from kb_retrieval.models import Candidate, DocumentSection, ScoreLabel
 
 STAGE_KEY = "kb_stage"
 
@@ -104,6 +104,9 @@ class StageData(BaseModel):
     merged_chunks: int = 1
     sections: list[Candidate] = Field(
         default_factory=list, description="Other matched chunks of the same document (dedupe keeps them)."
+    )
+    document: list[DocumentSection] = Field(
+        default_factory=list, description="The whole document's sections in order, matched marked (expander)."
     )
 
 

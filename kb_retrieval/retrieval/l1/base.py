@@ -58,6 +58,7 @@ def to_candidate(
         keywords=list(meta.get("keywords") or []),
         entities=list(meta.get("entities") or []),
         chunk_count=meta.get("chunk_count"),
+        position=meta.get("position") if isinstance(meta.get("position"), int) else None,
         score=float(raw_score),
         score_label=label,
         path=path,

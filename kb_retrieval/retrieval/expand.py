@@ -1,0 +1,154 @@
+"""Stage 3c: small-to-big. Chunks are retrieved and ranked; the evidence is the document they belong to.
+
+After dedupe each node stands for one document. :class:`DocumentExpander` attaches that document's sections in
+document order, marking the ones retrieval matched (with their hit reasons), so the agent can be given the whole
+runbook (its Diagnosis and Mitigation, not only the chunk that resembled the alert) as the budget allows; the
+context pack decides how much of each document fits.
+
+The sections come from Milvus (one query for the documents not cached yet, restricted to the version the candidate
+came from) and are cached by ``(source, doc_hash)``: a document's rows never change under one hash.
+
+Example:
+    >>> expander = DocumentExpander(sections=SectionStore(client, settings))  # doctest: +SKIP
+    >>> nodes = expander.postprocess_nodes(deduped_nodes)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.schema import NodeWithScore, QueryBundle
+from pydantic import Field
+from pymilvus import MilvusClient
+
+from kb_retrieval.config import Settings
+from kb_retrieval.models import DocumentSection
+from kb_retrieval.retrieval.filters import in_expr
+from kb_retrieval.retrieval.hybrid import LookupQuery
+from kb_retrieval.retrieval.stage import HitKind, HitReason, StageData, stage_of, write_stage
+
+log = logging.getLogger(__name__)
+
+#: Rows fetched for one batch of documents at most (Milvus' query window).
+MAX_ROWS = 16_384
+
+
+class SectionStore:
+    """A document's sections from Milvus, by ``(source, doc_hash)``, with a bounded LRU cache. Thread-safe."""
+
+    def __init__(self, client: MilvusClient, settings: Settings, max_documents: int = 2048) -> None:
+        self.client = client
+        self.settings = settings
+        self.max_documents = max_documents
+        self._cache: OrderedDict[tuple[str, str], list[DocumentSection]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.queries = 0  # Milvus queries made (cache misses), for tests and timings
+
+    def sections(self, keys: list[tuple[str, str]], timeout: float | None = None) -> dict[tuple[str, str], list[Any]]:
+        """Sections (unmarked) of each ``(source, doc_hash)``; a document Milvus no longer holds is left out."""
+        found: dict[tuple[str, str], list[Any]] = {}
+        with self._lock:
+            for key in keys:
+                if key in self._cache:
+                    self._cache.move_to_end(key)
+                    found[key] = self._cache[key]
+        missing = [k for k in dict.fromkeys(keys) if k not in found]
+        if missing:
+            fetched = self._fetch(missing, timeout)
+            with self._lock:
+                for key, sections in fetched.items():
+                    self._cache[key] = sections
+                    self._cache.move_to_end(key)
+                while len(self._cache) > self.max_documents:
+                    self._cache.popitem(last=False)
+            found.update(fetched)
+        return found
+
+    def _fetch(self, keys: list[tuple[str, str]], timeout: float | None) -> dict[tuple[str, str], list[Any]]:
+        s = self.settings
+        self.queries += 1
+        rows = self.client.query(
+            s.collection,
+            filter=in_expr(s.source_field, sorted({source for source, _ in keys})),
+            output_fields=[s.source_field, s.content_field, s.metadata_field],
+            limit=MAX_ROWS,
+            timeout=timeout or s.milvus_search_timeout_s,
+        )
+        wanted = set(keys)
+        by_doc: dict[tuple[str, str], list[DocumentSection]] = {}
+        for row in rows:
+            meta = row.get(s.metadata_field) or {}
+            key = (str(row.get(s.source_field)), str(meta.get("doc_hash")))
+            if key in wanted and isinstance(meta.get("position"), int):
+                by_doc.setdefault(key, []).append(
+                    DocumentSection(
+                        breadcrumb=meta.get("breadcrumb"),
+                        content=row.get(s.content_field) or "",
+                        position=meta["position"],
+                    )
+                )
+        return {key: sorted(sections, key=lambda x: x.position) for key, sections in by_doc.items()}
+
+
+class DocumentExpander(BaseNodePostprocessor):
+    """Attach each document node's sections in order, matched ones marked; other nodes pass through unchanged."""
+
+    sections: SectionStore | None = Field(default=None, exclude=True, description="Where sections come from.")
+    max_documents: int = Field(default=5, ge=0, description="Expand at most this many nodes, best first.")
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "DocumentExpander"
+
+    def _postprocess_nodes(
+        self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
+    ) -> list[NodeWithScore]:
+        if self.sections is None or self.max_documents == 0:
+            return nodes
+        staged = [(node, stage_of(node)) for node in nodes[: self.max_documents]]
+        keys = [_key(stage) for _, stage in staged]
+        wanted = [key for key in keys if key is not None]
+        if not wanted:
+            return nodes
+        deadline = query_bundle.deadline if isinstance(query_bundle, LookupQuery) else None
+        try:
+            if deadline is not None and deadline.expired:
+                return nodes  # no time left: the chunks stand as evidence
+            timeout = deadline.timeout(self.sections.settings.milvus_search_timeout_s) if deadline else None
+            documents = self.sections.sections(wanted, timeout)
+        except Exception as exc:  # the chunks still stand as evidence
+            log.warning("fetching document sections failed: %s", exc)
+            return nodes
+        for (node, stage), key in zip(staged, keys, strict=True):
+            sections = documents.get(key) if key is not None else None
+            if sections:
+                stage.document = _marked(sections, stage)
+                write_stage(node, stage)
+        return nodes
+
+
+def _key(stage: StageData) -> tuple[str, str] | None:
+    c = stage.candidate
+    return (c.source, c.doc_hash) if c.doc_hash and c.position is not None else None
+
+
+def _marked(sections: list[DocumentSection], stage: StageData) -> list[DocumentSection]:
+    """Copies of ``sections`` with the node's own chunk and the other matched chunks marked, with their reasons."""
+    reasons: dict[int, list[str]] = {}
+    best = stage.candidate
+    if best.position is not None:
+        record = stage.rerank
+        reasons[best.position] = [str(r) for r in record.hit_reasons] if record else []
+    for other in stage.sections:
+        if other.position is not None and other.position not in reasons:
+            reasons[other.position] = [str(HitReason(kind=HitKind.L1_SEMANTIC, detail=f"{other.similarity:.3f}"))]
+    return [
+        section.model_copy(
+            update={"matched": section.position in reasons, "hit_reasons": reasons.get(section.position, [])}
+        )
+        for section in sections
+    ]

@@ -1,0 +1,70 @@
+"""Small-to-big: evidence blocks are documents (sections in order, matched marked), packed by rank."""
+
+from __future__ import annotations
+
+from kb_retrieval.knowledge.text import count_tokens
+from kb_retrieval.models import DocumentSection, EvidenceBlock
+from kb_retrieval.retrieval.context_pack import MATCHED_MARK, pack_context, render_sections
+
+ALERT = "KubeContainerOOMKilled namespace=payments pod=api-1"
+
+
+def _block(source: str, sections: list[DocumentSection]) -> EvidenceBlock:
+    return EvidenceBlock(
+        source=source,
+        retrieval_layer="L1",
+        content=render_sections(sections),
+        sections=sections,
+        score=0.9,
+        similarity=0.8,
+    )
+
+
+def _sections(n: int, matched: set[int], words: int = 40) -> list[DocumentSection]:
+    return [
+        DocumentSection(breadcrumb=f"Doc > S{i}", content=" ".join([f"w{i}"] * words), position=i, matched=i in matched)
+        for i in range(n)
+    ]
+
+
+def test_top_document_whole_when_it_fits_others_matched_sections_only():
+    top = _block("a.md", _sections(3, {1}))
+    second = _block("b.md", _sections(4, {2}))
+    pack = pack_context([top, second], budget_tokens=1000)
+    first, other = pack.blocks
+    assert all(f"S{i}" in first.content for i in range(3))  # whole, in document order
+    assert first.content.index("S0") < first.content.index("S1") < first.content.index("S2")
+    assert f"Doc > S1{MATCHED_MARK}" in first.content and f"Doc > S0{MATCHED_MARK}" not in first.content
+    assert "S2" in other.content and "S0" not in other.content  # the next document: its best sections
+    assert pack.summary.sections_left_out == {"b.md": 3}
+    assert pack.summary.used_tokens <= 1000
+
+
+def test_a_long_top_document_gives_its_matched_sections_then_what_fits():
+    long_doc = _block("long.md", _sections(12, {7}, words=60))
+    budget = 300
+    pack = pack_context([long_doc], budget_tokens=budget)
+    content = pack.blocks[0].content
+    assert f"Doc > S7{MATCHED_MARK}" in content  # the matched section is never dropped for the others
+    assert 0 < pack.summary.sections_left_out["long.md"] < 11
+    assert pack.summary.used_tokens <= budget and count_tokens(pack.text) <= budget
+
+
+def test_a_short_runbook_comes_back_whole(sample_lookup):
+    result = sample_lookup.lookup(ALERT)
+    block = result.evidence_blocks[0]
+    assert block.source == "kubernetes/container-oomkilled.md"
+    positions = [s.position for s in block.sections]
+    assert positions == sorted(positions) and positions[0] == 0 and len(positions) > 1
+    assert any(s.matched for s in block.sections) and not all(s.matched for s in block.sections)
+    assert any("Mitigation" in (s.breadcrumb or "") for s in block.sections)  # the fix is in the evidence
+    matched = [s for s in block.sections if s.matched]
+    assert all(s.hit_reasons for s in matched)
+    packed = result.context_pack.blocks[0].content
+    assert all(s.content[:40] in packed for s in matched)
+
+
+def test_expansion_can_be_switched_off(sample_lookup):
+    plain = sample_lookup.with_settings(expand_documents=False).lookup(ALERT)
+    assert plain.evidence_blocks[0].sections == []
+    assert "### " not in plain.context_pack.blocks[0].content
