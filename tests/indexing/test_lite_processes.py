@@ -141,8 +141,12 @@ def lite_server(tmp_path: Path) -> Iterator[str]:
         assert _listening(proc.pid) <= {("127.0.0.1", port), ("::ffff:127.0.0.1", port)}
         yield f"http://127.0.0.1:{port}"
     finally:
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=30)
+        proc.send_signal(signal.SIGINT)  # Ctrl-C: it closes the data dir
+        try:
+            proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:  # SIGINT ignored (inherited, as in a background job): end it anyway
+            proc.kill()
+            proc.communicate(timeout=15)
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
