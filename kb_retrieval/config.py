@@ -76,6 +76,19 @@ class ScoringSettings(BaseModel):
         description="Times the L0 title coverage (0.5-1): the query holds much of the title, term by term "
         "(0.15/0.2/0.3 tried on the public sets; 0.2 best).",
     )
+    boost_exact_match: float = Field(
+        default=0.6,
+        ge=0,
+        le=1,
+        description="Divided by the documents holding it: a chunk holds a rare identifier of the query verbatim (and "
+        "is evidence whatever its similarity). The one literal holder outranks a document-focus boost (0.45).",
+    )
+    exact_match_max_df: int = Field(
+        default=2,
+        ge=0,
+        description="An identifier is rare enough to be evidence when at most this many documents hold it "
+        "(2: measured on the public sets to fire rarely and rightly; 0 turns the signal off).",
+    )
     focus_saturation: float = Field(
         default=0.5,
         gt=0,
@@ -111,6 +124,7 @@ class ScoringSettings(BaseModel):
             "breadcrumb": self.boost_breadcrumb,
             "content": self.boost_content,
             "title_terms": self.boost_title_terms,
+            "exact_match": self.boost_exact_match,
         }
 
 

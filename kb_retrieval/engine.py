@@ -43,6 +43,7 @@ from kb_retrieval.retrieval.attempts import AttemptRunner, L1Outcome
 from kb_retrieval.retrieval.context_pack import pack_context
 from kb_retrieval.retrieval.deadline import Deadline
 from kb_retrieval.retrieval.dedupe import SourceDeduplicator
+from kb_retrieval.retrieval.exact import ExactIdentifierIndex
 from kb_retrieval.retrieval.expand import DocumentExpander, SectionStore
 from kb_retrieval.retrieval.hybrid import HybridRetriever, LookupQuery
 from kb_retrieval.retrieval.l0_hints import L0HintProvider
@@ -112,52 +113,58 @@ class KnowledgeLookup:
             self.beside = load_runner(self.settings.sidecar_factory, self.settings, self.embed_model)
 
     def _load_state(self) -> None:
-        """Read the retrieval state kept in Milvus (the L0 index, the BM25 corpus) and assemble the parts."""
+        """Read the retrieval state kept in Milvus (the L0 index, the BM25 corpus) and assemble the parts.
+
+        Everything is read before anything is replaced: a read that fails leaves the previous state whole.
+        """
         scoring = self.settings.scoring
         index = L0Index.load_from_milvus(self.client, self.settings)
-        self.index_version = index.index_version
-        self.l0_off_reason = index.off_reason
-        self._checked_at = time.monotonic()
-        self.l0 = L0HintProvider(
+        l0 = L0HintProvider(
             index,
             max_keyword_documents=scoring.l0_max_keyword_documents,
             title_coverage_min=scoring.l0_title_coverage_min,
             title_coverage_limit=scoring.l0_title_coverage_limit,
         )
-        self.lexical = self._build_lexical() if self.settings.lexical_enabled else None
+        needs_scan = self.settings.lexical_enabled or scoring.exact_match_max_df > 0
+        lexical, exact = self._build_lexical() if needs_scan else (None, None)
+        self.index_version, self.l0_off_reason = index.index_version, index.off_reason
+        self.l0, self.lexical, self.exact = l0, lexical, exact
+        self._checked_at = time.monotonic()
         if not hasattr(self, "attempts"):
             self._assemble()
             return
         # A reload swaps the state in the parts already assembled (a lookup in flight keeps what it read).
-        self.hybrid.lexical = self.lexical
+        self.hybrid.lexical = lexical
+        self.hybrid.exact = exact
         for postprocessor in self.postprocessors:
             if isinstance(postprocessor, RuleReranker):
-                postprocessor.l0 = self.l0
+                postprocessor.l0 = l0
 
     def refresh(self, *, force: bool = False) -> bool:
         """Reload the L0 index and BM25 when another process's ingest changed the index version (checked at most
-        every ``freshness_check_s``); True when reloaded. Lookups in flight keep the parts they started with."""
+        every ``freshness_check_s``); True when reloaded. Never raises: when Milvus cannot be read, the lookup goes
+        on with the state it has (its search then reports the outage) and the next check tries again."""
         if not force and time.monotonic() - self._checked_at < self.settings.freshness_check_s:
             return False
         with self._refresh_lock:
+            self._checked_at = time.monotonic()
             try:
                 current = index_version(self.client, self.settings)
-            except Exception as exc:  # the lookup goes on with what it has; the search reports the outage
-                log.warning("index version check failed: %s", exc)
-                self._checked_at = time.monotonic()
+                # '' is also what an unreadable meta collection gives: not a reason to drop a state we have.
+                if not force and (current == self.index_version or (not current and self.index_version)):
+                    return False
+                log.info("index version changed (%s -> %s): reloading L0 and BM25", self.index_version, current)
+                self._load_state()
+            except Exception as exc:
+                log.warning("refreshing the retrieval state failed (kept the previous one): %s", exc)
                 return False
-            self._checked_at = time.monotonic()
-            if current == self.index_version and not force:
-                return False
-            log.info("index version changed (%s -> %s): reloading L0 and BM25", self.index_version, current)
-            self._load_state()
             return True
 
     def _assemble(self) -> None:
         """The parts that read the settings: the L1 retrievers and the postprocessor chain."""
         s = self.settings
         self.dense = L1Retriever(self.path, s, self.query_embed_model)
-        self.hybrid = HybridRetriever(self.dense, self.lexical, s)
+        self.hybrid = HybridRetriever(self.dense, self.lexical, s, exact=self.exact)
         self.postprocessors: list[BaseNodePostprocessor] = [
             RuleReranker(boosts=s.scoring.boosts(), lexical_weight=s.lexical_weight, l0=self.l0),
             SourceDeduplicator(
@@ -169,20 +176,20 @@ class KnowledgeLookup:
         ]
         self.attempts = AttemptRunner(self.hybrid, self.postprocessors, s)
 
-    def _build_lexical(self) -> LexicalIndex:
-        """BM25 over the chunks the collection holds now (text with its breadcrumb)."""
+    def _build_lexical(self) -> tuple[LexicalIndex | None, ExactIdentifierIndex | None]:
+        """BM25 (text with its breadcrumb) and the exact-identifier index over the chunks the collection holds now,
+        from one scan."""
         s = self.settings
-        fields = [f for f in (s.id_field, s.content_field, s.category_field, s.metadata_field) if f]
-        rows = (
-            (
-                row[s.id_field],
-                f"{((row.get(s.metadata_field) if s.metadata_field else None) or {}).get('breadcrumb', '')}\n"
-                f"{row.get(s.content_field, '')}",
-                (row.get(s.category_field) if s.category_field else None) or "",
-            )
-            for row in iter_rows(self.client, s, fields)
-        )
-        return LexicalIndex.build(rows)
+        fields = [f for f in (s.id_field, s.content_field, s.category_field, s.metadata_field, s.source_field) if f]
+        rows = []
+        for row in iter_rows(self.client, s, fields):
+            meta = (row.get(s.metadata_field) if s.metadata_field else None) or {}
+            text = f"{meta.get('breadcrumb', '')}\n{row.get(s.content_field, '')}"
+            category = (row.get(s.category_field) if s.category_field else None) or ""
+            rows.append((str(row[s.id_field]), str(row.get(s.source_field) or ""), text, category))
+        lexical = LexicalIndex.build((r[0], r[2], r[3]) for r in rows) if s.lexical_enabled else None
+        exact = ExactIdentifierIndex.build((r[0], r[1], r[2]) for r in rows) if s.scoring.exact_match_max_df else None
+        return lexical, exact
 
     def with_settings(self, **overrides: Any) -> KnowledgeLookup:
         """The same pipeline (model, client, indexes, trace store shared) with some settings changed.

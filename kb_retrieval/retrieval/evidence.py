@@ -30,7 +30,7 @@ def build_evidence_blocks(
         stage = stage_of(node)
         record = stage.rerank
         evidence_score = record.evidence_score if record is not None else float(node.score or 0.0)
-        if evidence_score < evidence_threshold:
+        if evidence_score < evidence_threshold and not stage.exact_terms:  # a rare exact identifier is evidence
             continue
         reasons = record.hit_reasons if record is not None else []
         candidate = stage.candidate

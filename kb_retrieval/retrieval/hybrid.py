@@ -25,6 +25,7 @@ from kb_retrieval.config import Settings
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.models import Candidate, QueryTransform
 from kb_retrieval.retrieval.deadline import Deadline
+from kb_retrieval.retrieval.exact import ExactIdentifierIndex
 from kb_retrieval.retrieval.l1.base import one_version_per_source
 from kb_retrieval.retrieval.l1.retriever import L1Retriever
 from kb_retrieval.retrieval.lexical import LexicalIndex
@@ -50,22 +51,40 @@ class HybridSearch:
 
     candidates: list[Candidate] = field(default_factory=list)
     lexical_scores: dict[str, float] = field(default_factory=dict)
+    exact_terms: dict[str, list[str]] = field(default_factory=dict)  # chunk id -> rare query identifiers it holds
+    exact_df: dict[str, int] = field(default_factory=dict)  # chunk id -> documents holding its rarest identifier
     path: str | None = None
     path_fallback_reason: str | None = None
     lexical_count: int = 0
     lexical_added: int = 0
 
     def nodes(self) -> list[NodeWithScore]:
-        return [candidate_node(c, lexical_score=self.lexical_scores.get(c.chunk_id)) for c in self.candidates]
+        return [
+            candidate_node(
+                c,
+                lexical_score=self.lexical_scores.get(c.chunk_id),
+                exact_terms=self.exact_terms.get(c.chunk_id, []),
+                exact_df=self.exact_df.get(c.chunk_id),
+            )
+            for c in self.candidates
+        ]
 
 
 class HybridRetriever(BaseRetriever):
-    """Dense (one vector-store path) plus lexical (BM25) candidates, all scored by Milvus."""
+    """Dense (one vector-store path) plus lexical (BM25) and exact-identifier candidates, all scored by Milvus."""
 
-    def __init__(self, dense: L1Retriever, lexical: LexicalIndex | None, settings: Settings, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        dense: L1Retriever,
+        lexical: LexicalIndex | None,
+        settings: Settings,
+        exact: ExactIdentifierIndex | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.dense = dense
         self.lexical = lexical
+        self.exact = exact
         self.settings = settings
 
     def search(
@@ -85,14 +104,24 @@ class HybridRetriever(BaseRetriever):
         result = HybridSearch(
             candidates=dense.candidates, path=dense.path, path_fallback_reason=dense.path_fallback_reason
         )
-        if self.lexical is None or settings.lexical_top_k <= 0:
-            return result
-        with clock("lexical"):
-            hits = self._lexical(query_text, category)
-        result.lexical_scores = {h.chunk_id: h.score for h in hits}
-        result.lexical_count = len(hits)
+        missing: list[str] = []
         known = {c.chunk_id for c in result.candidates}
-        missing = [h.chunk_id for h in hits if h.chunk_id not in known and h.score >= settings.lexical_rescore_min]
+        if self.exact is not None and settings.scoring.exact_match_max_df > 0:
+            for hit in self.exact.match(query_text, settings.scoring.exact_match_max_df):
+                for chunk_id in hit.chunk_ids:
+                    result.exact_terms.setdefault(chunk_id, []).append(hit.token)
+                    result.exact_df[chunk_id] = min(result.exact_df.get(chunk_id, len(hit.sources)), len(hit.sources))
+            missing += [c for c in result.exact_terms if c not in known]
+        if self.lexical is not None and settings.lexical_top_k > 0:
+            with clock("lexical"):
+                hits = self._lexical(query_text, category)
+            result.lexical_scores = {h.chunk_id: h.score for h in hits}
+            result.lexical_count = len(hits)
+            missing += [
+                h.chunk_id
+                for h in hits
+                if h.chunk_id not in known and h.score >= settings.lexical_rescore_min and h.chunk_id not in missing
+            ]
         result.lexical_added = len(missing)
         if missing and not deadline.expired:  # Milvus scores the lexical candidates the dense search did not return
             try:

@@ -15,6 +15,9 @@ candidate's metadata or content. The hint becomes a *hit reason* on the candidat
 |               | ``title_terms`` x the L0 title coverage (0.5 to 1.0)               |         |
 | lexical       | BM25 found the chunk: ``lexical_weight`` x its BM25 score relative | 0.2     |
 |               | to the query's best lexical hit (1.0 for the best)                 |         |
+| exact_match   | the chunk holds a rare identifier of the query verbatim: the weight | 0.6     |
+|               | / the documents holding it (:mod:`~kb_retrieval.retrieval.exact`); |         |
+|               | evidence on its own                                                |         |
 
 The weights are ``Settings.scoring`` (``KB_SCORING__BOOST_*``) and ``lexical_weight``. The per-query context comes
 with the call: a :class:`~kb_retrieval.retrieval.hybrid.LookupQuery` carries the L0 hints of the lookup; with a
@@ -93,6 +96,9 @@ class RuleReranker(BaseNodePostprocessor):
             stage = stage_of(node)
             candidate = stage.candidate = self._known(stage.candidate)
             applied, reasons = self._signals(candidate, hints, titles, keywords, entities, domains, signals)
+            if stage.exact_terms and (weight := self.boosts.get(Boost.EXACT_MATCH.value, 0.0)) > 0:
+                applied[Boost.EXACT_MATCH.value] = round(weight / (stage.exact_df or 1), 6)
+                reasons += [HitReason(kind=HitKind.EXACT_MATCH, detail=t) for t in stage.exact_terms]
             if (lexical := stage.lexical_score) is not None and self.lexical_weight > 0:
                 applied[Boost.LEXICAL.value] = round(self.lexical_weight * lexical, 6)
                 reasons.append(HitReason(kind=HitKind.LEXICAL_BM25, detail=f"{lexical:.3f}"))

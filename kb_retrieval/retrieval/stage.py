@@ -100,6 +100,7 @@ class StageData(BaseModel):
     candidate: Candidate
     lexical_score: float | None = Field(default=None, description="BM25 relative to the query's best hit.")
     exact_terms: list[str] = Field(default_factory=list, description="Rare query terms found verbatim in the chunk.")
+    exact_df: int | None = Field(default=None, description="How many documents hold the rarest of them.")
     rerank: RerankRecord | None = None
     merged_chunks: int = 1
     sections: list[Candidate] = Field(

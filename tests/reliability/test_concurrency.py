@@ -59,7 +59,9 @@ def test_threads_each_get_their_own_result_and_one_row(
     trace_url = (
         f"sqlite:///{tmp_path / 'traces.db'}" if trace == "sqlite" else request.getfixturevalue("postgres_schema_url")
     )
-    store = TraceStore(trace_url)
+    # Correctness under contention, not the write bound (tested on its own in test_trace_store_faults): a loaded
+    # 2-core machine once took over the default 2 s for one of 2000 SQLite commits.
+    store = TraceStore(trace_url, timeout_s=30)
     lookup = KnowledgeLookup(known_kb, embed_model=MemoModel(embed_model, KNOWN_QUERIES), trace_store=store)
     queries = list(KNOWN_QUERIES)
     problems: list[str] = []

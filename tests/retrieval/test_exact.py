@@ -1,0 +1,105 @@
+"""Exact-identifier evidence: the matcher pinned with small fakes, then a unique identifier finds its document
+first with found=true on the sample KB and on the public runbooks corpus (real Milvus Lite, the real model)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kb_retrieval.config import KBSettings
+from kb_retrieval.engine import KnowledgeLookup
+from kb_retrieval.indexing.ingest import ingest
+from kb_retrieval.models import Candidate, ScoreLabel
+from kb_retrieval.retrieval.evidence import build_evidence_blocks
+from kb_retrieval.retrieval.exact import ExactIdentifierIndex, is_identifier, query_identifiers
+from kb_retrieval.retrieval.rerank import RuleReranker
+from kb_retrieval.retrieval.stage import candidate_node
+from tests.conftest import SHARED
+
+
+def cand(chunk_id: str, source: str, similarity: float) -> Candidate:
+    return Candidate(
+        chunk_id=chunk_id,
+        source=source,
+        content=f"text of {chunk_id}",
+        score=similarity,
+        score_label=ScoreLabel.COSINE,
+        path="sdk",
+        similarity=similarity,
+    )
+
+
+@pytest.mark.parametrize(
+    "token",
+    ["kube_pod_status_ready", "observedGeneration", "podmonitors.monitoring.coreos.com", "ENOTFOUND", "--total-shards"],
+)
+def test_identifiers_are_recognised(token):
+    assert is_identifier(token)
+
+
+@pytest.mark.parametrize(
+    "token", ["pods", "memory", "pg-replica-2", "wk-19", "2024", "60-90s", "RAID", "api-7f9", "PersistentVolume"]
+)
+def test_words_numbers_and_instance_names_are_not_identifiers(token):
+    assert not is_identifier(token)
+
+
+def test_query_identifiers_keep_order_and_drop_sentence_punctuation():
+    query = "sts/kafka: observedGeneration 12 vs metadata.generation 14. getaddrinfo ENOTFOUND redis-0."
+    assert query_identifiers(query) == ["observedGeneration", "metadata.generation", "ENOTFOUND"]
+    assert query_identifiers("disk {{ $labels.device }} at $value on {{$labels.node_name}}") == []
+
+
+def test_match_counts_documents_not_chunks_and_respects_max_df():
+    index = ExactIdentifierIndex.build(
+        [
+            ("a1", "a.md", "error getaddrinfo ENOTFOUND in the client"),
+            ("a2", "a.md", "ENOTFOUND again"),
+            ("b1", "b.md", "uses observedGeneration"),
+            ("c1", "c.md", "observedGeneration too"),
+            ("d1", "d.md", "observedGeneration as well"),
+        ]
+    )
+    hits = index.match("client logs ENOTFOUND while observedGeneration lags")
+    assert [(h.token, h.sources, h.chunk_ids) for h in hits] == [("ENOTFOUND", ("a.md",), ("a1", "a2"))]
+    assert index.document_frequency("observedgeneration") == 3
+    assert index.document_frequency("observedGen") == 3  # inside a longer token too
+    assert [h.token for h in index.match("ENOTFOUND observedGeneration", max_df=3)] == [
+        "ENOTFOUND",
+        "observedGeneration",
+    ]
+    assert index.match("UNKNOWN_METRIC_NAME") == []
+
+
+def test_exact_identifier_makes_evidence_despite_low_similarity():
+    nodes = [
+        candidate_node(cand("a", "a.md", 0.30), exact_terms=["ENOTFOUND"]),
+        candidate_node(cand("b", "b.md", 0.30)),
+    ]
+    ranked = RuleReranker().postprocess_nodes(nodes, query_str="getaddrinfo ENOTFOUND")
+    blocks = build_evidence_blocks(ranked, evidence_threshold=0.42, max_blocks=5)
+    assert [b.source for b in blocks] == ["a.md"]  # b, as weak and without it, is no evidence
+    assert "exact_match:ENOTFOUND" in blocks[0].hit_reasons
+
+
+def test_a_unique_error_string_finds_its_document_on_the_sample_kb(sample_lookup):
+    result = sample_lookup.lookup("the checkout service logs getaddrinfo ENOTFOUND since the deploy")
+    assert result.found
+    top = result.evidence_blocks[0]
+    assert top.source == "network/dns-resolution-troubleshooting.md"
+    assert "exact_match:ENOTFOUND" in top.hit_reasons
+
+
+def test_a_unique_metric_name_finds_its_runbook_in_the_runbooks_corpus(tmp_path, embed_model):
+    corpus = SHARED / "corpora" / "runbooks"
+    if not corpus.is_dir():
+        pytest.fail(f"the shared runbooks corpus is missing at {corpus} (../shared beside the repository)")
+    settings = KBSettings(state_dir=tmp_path, vector_store_mode="sdk")
+    ingest([corpus], settings, embed_model=embed_model)
+    lookup = KnowledgeLookup(settings, embed_model=embed_model)
+    # No alert name: only the metric, which one runbook in the corpus names verbatim.
+    result = lookup.lookup("graph of kube_node_status_capacity_pods is flat at the running count on worker-3")
+    assert result.found
+    top = result.evidence_blocks[0]
+    assert top.source == "content/runbooks/kubernetes/KubeletTooManyPods.md"
+    assert "exact_match:kube_node_status_capacity_pods" in top.hit_reasons
+    lookup.close()
