@@ -11,6 +11,7 @@ from llama_index.core.instrumentation import get_dispatcher
 from pymilvus import MilvusClient
 
 from kb_retrieval.config import Settings
+from kb_retrieval.indexing.milvus import search_params
 from kb_retrieval.retrieval.l1.base import L1Search, one_version_per_source, output_fields, to_candidate
 
 dispatcher = get_dispatcher(__name__)
@@ -37,7 +38,7 @@ class SdkPath:
             filter=filter_expr or "",
             output_fields=self._fields,
             anns_field=self.settings.vector_field,
-            search_params={"metric_type": self.settings.metric},
+            search_params=search_params(self.settings, top_k),  # the metric, and the index's breadth (HNSW ef)
             timeout=self.settings.milvus_search_timeout_s if timeout is None else timeout,
         )[0]
         candidates = [
