@@ -48,7 +48,7 @@ from kb_retrieval.retrieval.expand import DocumentExpander, SectionStore
 from kb_retrieval.retrieval.hybrid import HybridRetriever, LookupQuery
 from kb_retrieval.retrieval.l0_hints import L0HintProvider
 from kb_retrieval.retrieval.l1 import L1Retriever, VectorPath, make_path
-from kb_retrieval.retrieval.lexical import LexicalIndex
+from kb_retrieval.retrieval.lexical import LexicalIndex, lexical_header
 from kb_retrieval.retrieval.query_transform import transform_query
 from kb_retrieval.retrieval.rerank import RuleReranker
 from kb_retrieval.retrieval.stage import stage_of
@@ -184,7 +184,7 @@ class KnowledgeLookup:
         rows = []
         for row in iter_rows(self.client, s, fields):
             meta = (row.get(s.metadata_field) if s.metadata_field else None) or {}
-            text = f"{meta.get('breadcrumb', '')}\n{row.get(s.content_field, '')}"
+            text = f"{lexical_header(meta.get('title'), meta.get('breadcrumb'))}\n{row.get(s.content_field, '')}"
             category = (row.get(s.category_field) if s.category_field else None) or ""
             rows.append((str(row[s.id_field]), str(row.get(s.source_field) or ""), text, category))
         lexical = LexicalIndex.build((r[0], r[2], r[3]) for r in rows) if s.lexical_enabled else None

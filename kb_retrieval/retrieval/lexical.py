@@ -36,6 +36,16 @@ def with_identifier_parts(text: str) -> str:
     return f"{text}\n{' '.join(parts)}" if parts else text
 
 
+def lexical_header(title: str | None, breadcrumb: str | None) -> str:
+    """The header BM25 indexes before a chunk's text: the one the embedding sees (``Chunk.embedding_text``), the
+    title leading a breadcrumb that does not start with it (a runbook titled "Kube Persistent Volume Filling Up" whose
+    breadcrumb starts at its H1 "KubePersistentVolumeFillingUp")."""
+    crumb = breadcrumb or ""
+    if title and not crumb.startswith(title):
+        return f"{title} > {crumb}" if crumb else title
+    return crumb
+
+
 @dataclass(frozen=True)
 class LexicalHit:
     chunk_id: str

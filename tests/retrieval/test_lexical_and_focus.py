@@ -113,3 +113,16 @@ def test_title_terms_boost_ranks_but_does_not_make_evidence():
     assert "l0_title_terms:0.80" in [str(r) for r in record.hit_reasons]
     assert record.evidence_score == pytest.approx(0.40)
     assert [b.source for b in build_evidence_blocks(ranked, evidence_threshold=0.42, max_blocks=5)] == ["b.md"]
+
+
+def test_bm25_header_is_the_one_the_embedding_sees():
+    from kb_retrieval.retrieval.lexical import lexical_header
+
+    # A runbook whose breadcrumb starts at its H1: the frontmatter title's words lead, as in the embedded text.
+    assert lexical_header("Kube Persistent Volume Filling Up", "KubePersistentVolumeFillingUp > Diagnosis") == (
+        "Kube Persistent Volume Filling Up > KubePersistentVolumeFillingUp > Diagnosis"
+    )
+    assert lexical_header("Redis memory usage high", "Redis memory usage high > Symptoms") == (
+        "Redis memory usage high > Symptoms"
+    )
+    assert lexical_header(None, "A > B") == "A > B" and lexical_header("T", None) == "T"
