@@ -196,3 +196,70 @@ def test_iter_rows_reads_every_row_in_one_query_or_pages(milvus_server, tmp_path
         keys = [row["key"] for row in iter_rows(client, settings, ["key"])]
         assert len(keys) == len(set(keys)) == total
         assert len(pages) == (0 if total == 50 else 1)
+
+
+HOST_QUERIES = [
+    "RedisMemoryHigh: memory above 90% of maxmemory on cache-01",
+    "MySQLReplicationLag: replica db-replica-02 is 412 seconds behind",
+    "replica reports master_link_status:down after a network blip",
+    "how do I find the slow queries on a MySQL primary",
+]
+
+
+def test_a_second_host_with_an_empty_state_dir_gets_the_same_evidence(server_settings, tmp_path, embed_model):
+    """Issue 13: ingest on host A; lookups from host B (nothing local) against the same server answer alike."""
+    host_a = server_settings.model_copy(update={"vector_store_mode": "sdk"})
+    host_b = host_a.model_copy(update={"state_dir": tmp_path / "host-b"})
+    lookup_a = KnowledgeLookup(host_a, embed_model=embed_model)
+    lookup_b = KnowledgeLookup(host_b, embed_model=embed_model)
+    for query in HOST_QUERIES:
+        a, b = lookup_a.lookup(query), lookup_b.lookup(query)
+        assert [(x.source, x.hit_reasons) for x in a.evidence_blocks] == [
+            (x.source, x.hit_reasons) for x in b.evidence_blocks
+        ], query
+        assert a.query_transform.category_filter == b.query_transform.category_filter, query
+        assert a.query_transform.hints == b.query_transform.hints, query
+    assert any(lookup_b.lookup(q).query_transform.category_filter for q in HOST_QUERIES)  # L0 filters reached B
+    assert not (tmp_path / "host-b" / "l0").exists()
+    lookup_a.close()
+    lookup_b.close()
+
+
+@pytest.mark.timeout(600)
+def test_a_long_lived_lookup_sees_another_process_ingest_on_the_server(milvus_server, tmp_path, embed_model):
+    """Issue 13: another process ingests a new document; the running lookup finds it within 10 s, no restart."""
+    settings = Settings(
+        state_dir=tmp_path / "reader",
+        milvus_uri=milvus_server.uri,
+        collection="kb_server_fresh",
+        vector_store_mode="sdk",
+        freshness_check_s=1,
+    )
+    ingest([SAMPLE_KB / "redis"], settings, embed_model=embed_model)
+    lookup = KnowledgeLookup(settings, embed_model=embed_model)
+    query = "ZorkQuuxSpindleJammed on frobnicator-7"
+    assert "ZorkQuuxSpindleJammed" not in lookup.lookup(query).query_transform.hints.matched_keywords
+    kb = tmp_path / "kb"
+    (kb / "frobnicator").mkdir(parents=True)
+    (kb / "frobnicator" / "spindle-jammed.md").write_text(
+        "---\ntitle: Frobnicator spindle jammed\nkeywords: [ZorkQuuxSpindleJammed]\n---\n"
+        "# Frobnicator spindle jammed\n\n## Mitigation\n\nUnjam the spindle of the frobnicator with the quux lever.\n",
+        encoding="utf-8",
+    )
+    writer = subprocess.run(  # another process, its own state dir
+        [sys.executable, "-m", "kb_retrieval.cli", "ingest", str(kb), "--uri", milvus_server.uri,
+         "--collection", "kb_server_fresh", "--state-dir", str(tmp_path / "writer")],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    assert writer.returncode == 0, writer.stderr[-2000:]
+    ingested = time.monotonic()
+    while True:
+        result = lookup.lookup(query)
+        if result.found and result.evidence_blocks[0].source == "frobnicator/spindle-jammed.md":
+            break
+        assert time.monotonic() - ingested < 10, "the running lookup did not see the other process's ingest"
+        time.sleep(0.5)
+    assert "ZorkQuuxSpindleJammed" in result.query_transform.hints.matched_keywords  # L0 reloaded
+    assert any(r.startswith("lexical_bm25") for r in result.evidence_blocks[0].hit_reasons)  # BM25 reloaded
+    lookup.close()
