@@ -178,4 +178,14 @@ def test_several_processes_share_one_lite_data_dir_through_its_server(lite_serve
         time.sleep(0.2)
     assert index_version(client, settings) != before
     assert "replication-lag.md" in L0Index.load_from_milvus(client, settings).documents
+    # The long-lived lookup of this process sees the other process's ingest (dense, BM25 and L0) without a restart.
+    seen = None
+    while seen is None and time.monotonic() < deadline + 10:
+        result = lookup.lookup("MySQLReplicationLag: replica db-replica-02 is 412 seconds behind its source")
+        if result.found and result.evidence_blocks[0].source == "replication-lag.md":
+            seen = result
+        time.sleep(0.5)
+    assert seen is not None, "the running lookup did not see the other process's ingest within 10 s"
+    assert "replication-lag.md" in seen.query_transform.hints.matched_sources
+    assert any(r.startswith("lexical_bm25") for r in seen.evidence_blocks[0].hit_reasons)
     lookup.close()
