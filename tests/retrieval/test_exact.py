@@ -8,24 +8,12 @@ import pytest
 from kb_retrieval.config import KBSettings
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing.ingest import ingest
-from kb_retrieval.models import Candidate, ScoreLabel
 from kb_retrieval.retrieval.evidence import build_evidence_blocks
 from kb_retrieval.retrieval.exact import ExactIdentifierIndex, is_identifier, query_identifiers
 from kb_retrieval.retrieval.rerank import RuleReranker
 from kb_retrieval.retrieval.stage import candidate_node
 from tests.conftest import SHARED
-
-
-def cand(chunk_id: str, source: str, similarity: float) -> Candidate:
-    return Candidate(
-        chunk_id=chunk_id,
-        source=source,
-        content=f"text of {chunk_id}",
-        score=similarity,
-        score_label=ScoreLabel.COSINE,
-        path="sdk",
-        similarity=similarity,
-    )
+from tests.support.candidates import cand
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kb_retrieval.models import Candidate, L0Hints, QueryTransform, ScoreLabel
+from kb_retrieval.models import L0Hints, QueryTransform
 from kb_retrieval.retrieval.dedupe import SourceDeduplicator
 from kb_retrieval.retrieval.evidence import build_evidence_blocks
 from kb_retrieval.retrieval.filters import in_expr
@@ -12,21 +12,9 @@ from kb_retrieval.retrieval.hybrid import LookupQuery
 from kb_retrieval.retrieval.lexical import LexicalIndex, with_identifier_parts
 from kb_retrieval.retrieval.rerank import RuleReranker
 from kb_retrieval.retrieval.stage import candidate_node, stage_of
+from tests.support.candidates import cand
 
 pytestmark = pytest.mark.unit
-
-
-def cand(chunk_id: str, source: str, similarity: float, chunk_count: int = 4) -> Candidate:
-    return Candidate(
-        chunk_id=chunk_id,
-        source=source,
-        content=f"text of {chunk_id}",
-        score=similarity,
-        score_label=ScoreLabel.COSINE,
-        path="sdk",
-        similarity=similarity,
-        chunk_count=chunk_count,
-    )
 
 
 def test_lexical_finds_exact_vocabulary_and_respects_category():
