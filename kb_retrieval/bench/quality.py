@@ -75,10 +75,15 @@ def read_cases(path: Path) -> list[Case]:
                     record.get("query") or "",
                     relevant,
                     list(record.get("expected_keywords") or []),
-                    list(record.get("expected_breadcrumbs") or []),
+                    [_heading(b) for b in record.get("expected_breadcrumbs") or []],
                 )
             )
     return cases
+
+
+def _heading(breadcrumb: object) -> str:
+    """An expected breadcrumb as text: a string, or the ``heading`` of a ``{doc, anchor, heading}`` object."""
+    return str(breadcrumb.get("heading") or "") if isinstance(breadcrumb, dict) else str(breadcrumb)
 
 
 @dataclass

@@ -116,3 +116,24 @@ def test_readme_section_is_replaced_in_place(tmp_path):
     plain.write_text("no markers\n", encoding="utf-8")
     update_readme(plain, "new figures")
     assert plain.read_text(encoding="utf-8") == "no markers\n"
+
+
+def test_strong_is_judged_on_the_packed_text_with_either_breadcrumb_form(tmp_path):
+    import json as _json
+
+    from kb_retrieval.bench.quality import SystemScores, read_cases
+
+    golden = tmp_path / "g.jsonl"
+    rows = [
+        {"case_id": "a", "query": "q", "expected_docs": ["d.md"], "expected_keywords": ["Mitigation step"]},
+        {"case_id": "b", "query": "q", "expected_docs": ["d.md"], "expected_breadcrumbs": [{"heading": "Remote"}]},
+        {"case_id": "c", "query": "q", "expected_docs": ["d.md"]},  # names nothing: not judged
+    ]
+    golden.write_text("\n".join(_json.dumps(r) for r in rows), encoding="utf-8")
+    a, b, c = read_cases(golden)
+    assert b.breadcrumbs == ["Remote"] and not c.judged_strong
+    scores = SystemScores()
+    scores.add_strong(a, "d.md", "### D > Mitigation\nthe mitigation STEP is here")
+    scores.add_strong(b, "other.md", "### Remote")  # wrong document: not strong
+    scores.add_strong(c, "d.md", "")
+    assert scores.summary()["strong@1"] == 0.5 and scores.summary()["strong_judged"] == 2
