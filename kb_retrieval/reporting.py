@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from itertools import cycle
@@ -264,6 +264,23 @@ def matplotlib_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def write_report_files(
+    out_dir: str | Path,
+    name: str,
+    json_content: str,
+    charts: Sequence[Chart],
+    render_markdown: Callable[[ChartFiles], str],
+) -> ReportFiles:
+    """Draw the charts, then write the JSON and the Markdown that links them (``render_markdown(charts drawn)``).
+
+    Raises:
+        ValueError: ``name`` is not a plain file name.
+    """
+    drawn = write_charts(charts, out_dir)
+    json_path, markdown_path = write_report_pair(out_dir, name, json_content, render_markdown(drawn))
+    return ReportFiles(json_path, markdown_path, drawn)
 
 
 def write_charts(charts: Sequence[Chart], out_dir: str | Path) -> ChartFiles:

@@ -23,8 +23,7 @@ from kb_retrieval.reporting import (
     json_text,
     markdown_table,
     text_table,
-    write_charts,
-    write_report_pair,
+    write_report_files,
 )
 from sidecar.comparison import DECIMALS, CaseComparison, CompareReport
 from sidecar.models import ComparableResult
@@ -66,11 +65,13 @@ def write_compare_report(report: CompareReport, out_dir: str | Path, name: str) 
     Raises:
         ValueError: ``name`` is not a plain file name.
     """
-    charts = write_charts(report_charts(report, name), out_dir)
-    json_path, markdown_path = write_report_pair(
-        out_dir, name, report_to_json(report), render_markdown(report, name, charts)
+    return write_report_files(
+        out_dir,
+        name,
+        report_to_json(report),
+        report_charts(report, name),
+        lambda charts: render_markdown(report, name, charts),
     )
-    return ReportFiles(json_path, markdown_path, charts)
 
 
 def report_charts(report: CompareReport, name: str) -> list[BarChart]:

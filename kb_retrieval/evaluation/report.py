@@ -26,8 +26,7 @@ from kb_retrieval.reporting import (
     json_text,
     markdown_table,
     text_table,
-    write_charts,
-    write_report_pair,
+    write_report_files,
 )
 
 #: Default output directory (the retrieval evaluation documentation area) and report name.
@@ -127,11 +126,13 @@ def write_report(
     Raises:
         ValueError: ``name`` is not a plain file name.
     """
-    charts = write_charts(report_charts(report, name), out_dir)
-    json_path, markdown_path = write_report_pair(
-        out_dir, name, report_to_json(report), render_markdown(report, name, charts)
+    return write_report_files(
+        out_dir,
+        name,
+        report_to_json(report),
+        report_charts(report, name),
+        lambda charts: render_markdown(report, name, charts),
     )
-    return ReportFiles(json_path, markdown_path, charts)
 
 
 def report_charts(report: EvalReport, name: str = DEFAULT_REPORT_NAME) -> list[BarChart]:

@@ -46,7 +46,6 @@ class SectionStore:
         self.max_documents = max_documents
         self._cache: OrderedDict[tuple[str, str], list[DocumentSection]] = OrderedDict()
         self._lock = threading.Lock()
-        self.queries = 0  # Milvus queries made (cache misses), for tests and timings
 
     def sections(self, keys: list[tuple[str, str]], timeout: float | None = None) -> dict[tuple[str, str], list[Any]]:
         """Sections (unmarked) of each ``(source, doc_hash)``; a document Milvus no longer holds is left out."""
@@ -70,7 +69,6 @@ class SectionStore:
 
     def _fetch(self, keys: list[tuple[str, str]], timeout: float | None) -> dict[tuple[str, str], list[Any]]:
         s = self.settings
-        self.queries += 1
         rows = self.client.query(
             s.collection,
             filter=in_expr(s.source_field, sorted({source for source, _ in keys})),
