@@ -79,6 +79,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     from kb_retrieval.indexing.l0_index import L0Index
     from kb_retrieval.indexing.milvus import connect, count_rows, ensure_collection, features_off
+    from kb_retrieval.retrieval.hybrid import choose_lexical_mode
 
     settings = settings_from_args(args)
     client = connect(settings)
@@ -87,6 +88,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
     off = features_off(client, settings)
     if not l0.enabled:
         off["l0_hints"] = l0.off_reason or "no L0 index"
+    lexical_mode, lexical_reason = choose_lexical_mode(client, settings, None)
+    if lexical_reason:
+        off["milvus_bm25"] = lexical_reason
     categories: dict[str, int] = {}
     for entry in l0.documents.values():
         key = entry.category or "(none)"
@@ -101,6 +105,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         "categories": dict(sorted(categories.items())),
         "metric": settings.metric,
         "dim": settings.dim,
+        "lexical_mode": lexical_mode,
         "features_off": dict(sorted(off.items())),
     }
     if args.json:
@@ -113,6 +118,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         ("documents", f"{stats['documents']} from {stats['knowledge_bases']} knowledge-base folder(s)"),
         ("categories", ", ".join(f"{name} {count}" for name, count in stats["categories"].items()) or "(none)"),
         ("vectors", f"{stats['dim']} dimensions, {stats['metric']}"),
+        ("lexical", stats["lexical_mode"]),
         *((f"{feature} off", reason) for feature, reason in stats["features_off"].items()),
     ]
     width = max(len(label) for label, _ in rows)

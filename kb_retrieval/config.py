@@ -183,6 +183,14 @@ class KBSettings(BaseSettings):
     metadata_field: str = "metadata"
     category_field: str = "category"
     source_field: str = "source"
+    lexical_text_field: str = Field(
+        default="lexical_text",
+        description="Analysed text of each chunk (header, content, identifier parts; Milvus' analyser on), the input "
+        "of the collection's BM25 function. '' or a collection without it: BM25 runs in process.",
+    )
+    sparse_field: str = Field(
+        default="lexical_sparse", description="Sparse vector the BM25 function writes from lexical_text_field."
+    )
     dim: int = Field(default=384, gt=0, description="Embedding dimension.")
     metric: Metric = Field(default="COSINE", description="Milvus metric of the vector index.")
 
@@ -257,7 +265,9 @@ class KBSettings(BaseSettings):
         "evidence.",
     )
     lexical_enabled: bool = Field(
-        default=True, description="BM25 over the collection's chunks beside the dense search (scored in Milvus)."
+        default=True,
+        description="BM25 over the collection's chunks beside the dense search: in Milvus (one hybrid_search call) "
+        "where the engine and collection have full-text search, else in process (lexical_mode in stats and traces).",
     )
     lexical_top_k: int = Field(default=20, ge=0, le=200, description="Lexical candidates added per attempt.")
     lexical_weight: float = Field(
@@ -267,8 +277,9 @@ class KBSettings(BaseSettings):
         default=0.0,
         ge=0,
         le=1,
-        description="Lexical hits the dense search missed are scored by Milvus (a second search) only from this "
-        "BM25 score (relative to the best hit) up; 0 scores them all.",
+        description="Lexical hits the dense search missed join the candidates only from this BM25 score (relative "
+        "to the best hit) up; 0 takes them all. In process they cost a second Milvus search; in Milvus they come "
+        "with the one hybrid call.",
     )
     doc_focus_weight: float = Field(
         default=0.45, ge=0, le=1, description="Boost by the share of a document's chunks among the candidates."

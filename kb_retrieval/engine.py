@@ -45,10 +45,10 @@ from kb_retrieval.retrieval.deadline import Deadline
 from kb_retrieval.retrieval.dedupe import SourceDeduplicator
 from kb_retrieval.retrieval.exact import ExactIdentifierIndex
 from kb_retrieval.retrieval.expand import DocumentExpander, SectionStore
-from kb_retrieval.retrieval.hybrid import HybridRetriever, LookupQuery
+from kb_retrieval.retrieval.hybrid import HybridRetriever, LookupQuery, choose_lexical_mode
 from kb_retrieval.retrieval.l0_hints import L0HintProvider
 from kb_retrieval.retrieval.l1 import L1Retriever, VectorPath, make_path
-from kb_retrieval.retrieval.lexical import LexicalIndex, lexical_header
+from kb_retrieval.retrieval.lexical import LexicalIndex, lexical_document
 from kb_retrieval.retrieval.query_transform import transform_query
 from kb_retrieval.retrieval.rerank import RuleReranker
 from kb_retrieval.retrieval.stage import stage_of
@@ -103,6 +103,10 @@ class KnowledgeLookup:
         self.query_embed_model = query_encoder(self.settings, embed_model)
         self.embed_model = embed_model or self.query_embed_model
         self.path = path or make_path(self.settings, self.client)
+        # BM25 in Milvus (one hybrid call per attempt) where the collection and the path can, else in process.
+        self.lexical_mode, lexical_reason = choose_lexical_mode(self.client, self.settings, self.path)
+        if lexical_reason:
+            self.features_off["milvus_bm25"] = lexical_reason
         self.sections = SectionStore(self.client, self.settings)
         self._refresh_lock = threading.Lock()
         self._load_state()
@@ -125,7 +129,8 @@ class KnowledgeLookup:
             title_coverage_min=scoring.l0_title_coverage_min,
             title_coverage_limit=scoring.l0_title_coverage_limit,
         )
-        needs_scan = self.settings.lexical_enabled or scoring.exact_match_max_df > 0
+        # In milvus_bm25 mode Milvus keeps BM25 (always as fresh as the collection); the scan serves the exact index.
+        needs_scan = self.lexical_mode == "in_process_bm25" or scoring.exact_match_max_df > 0
         lexical, exact = self._build_lexical() if needs_scan else (None, None)
         self.index_version, self.l0_off_reason = index.index_version, index.off_reason
         self.l0, self.lexical, self.exact = l0, lexical, exact
@@ -164,7 +169,13 @@ class KnowledgeLookup:
         """The parts that read the settings: the L1 retrievers and the postprocessor chain."""
         s = self.settings
         self.dense = L1Retriever(self.path, s, self.query_embed_model)
-        self.hybrid = HybridRetriever(self.dense, self.lexical, s, exact=self.exact)
+        self.hybrid = HybridRetriever(
+            self.dense,
+            self.lexical,
+            s,
+            exact=self.exact,
+            lexical_mode=self.lexical_mode if s.lexical_enabled else "off",
+        )
         self.postprocessors: list[BaseNodePostprocessor] = [
             RuleReranker(boosts=s.scoring.boosts(), lexical_weight=s.lexical_weight, l0=self.l0),
             SourceDeduplicator(
@@ -177,17 +188,18 @@ class KnowledgeLookup:
         self.attempts = AttemptRunner(self.hybrid, self.postprocessors, s)
 
     def _build_lexical(self) -> tuple[LexicalIndex | None, ExactIdentifierIndex | None]:
-        """BM25 (text with its breadcrumb) and the exact-identifier index over the chunks the collection holds now,
-        from one scan."""
+        """BM25 (in process only: text with its header) and the exact-identifier index over the chunks the collection
+        holds now, from one scan."""
         s = self.settings
         fields = [f for f in (s.id_field, s.content_field, s.category_field, s.metadata_field, s.source_field) if f]
         rows = []
         for row in iter_rows(self.client, s, fields):
             meta = (row.get(s.metadata_field) if s.metadata_field else None) or {}
-            text = f"{lexical_header(meta.get('title'), meta.get('breadcrumb'))}\n{row.get(s.content_field, '')}"
+            text = lexical_document(meta.get("title"), meta.get("breadcrumb"), row.get(s.content_field, ""))
             category = (row.get(s.category_field) if s.category_field else None) or ""
             rows.append((str(row[s.id_field]), str(row.get(s.source_field) or ""), text, category))
-        lexical = LexicalIndex.build((r[0], r[2], r[3]) for r in rows) if s.lexical_enabled else None
+        in_process = self.lexical_mode == "in_process_bm25"
+        lexical = LexicalIndex.build((r[0], r[2], r[3]) for r in rows) if in_process else None
         exact = ExactIdentifierIndex.build((r[0], r[1], r[2]) for r in rows) if s.scoring.exact_match_max_df else None
         return lexical, exact
 

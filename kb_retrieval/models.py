@@ -102,6 +102,7 @@ class Candidate(Contract):
     ingested_at: float | None = Field(default=None, description="When ingest wrote the chunk (Unix seconds).")
 
 
+LexicalMode = Literal["milvus_bm25", "in_process_bm25", "off"]
 AttemptOutcome = Literal["ok", "no_candidates", "no_evidence", "low_quality", "error", "skipped"]
 
 
@@ -116,8 +117,20 @@ class RetrievalAttempt(Contract):
         default=None, description="Why auto mode left the vectorstore path for the sdk path."
     )
     candidate_count: int = 0
+    lexical_mode: LexicalMode = Field(
+        default="off",
+        description="Where BM25 ran: milvus_bm25 (in Milvus, in the one hybrid_search call), in_process_bm25 (in "
+        "memory, hits the dense search missed scored by a second Milvus search), off.",
+    )
     lexical_count: int = Field(default=0, description="Chunks BM25 found for this attempt.")
-    lexical_added: int = Field(default=0, description="Of those, chunks the dense search had not returned.")
+    lexical_added: int = Field(
+        default=0, description="Chunks BM25 or an exact identifier added that the dense search had not returned."
+    )
+    milvus_calls: int = Field(
+        default=0,
+        description="Searches this attempt sent to Milvus: 1 in milvus_bm25 mode; in_process_bm25 adds a second "
+        "when it has candidates the dense search missed.",
+    )
     evidence_count: int = 0
     top_similarity: float | None = None
     outcome: AttemptOutcome

@@ -43,7 +43,9 @@ def test_a_collection_written_by_stock_milvus_vector_store_answers(tmp_path: Pat
         result = lookup.lookup(ALERT)
         assert result.found, mode
         assert result.evidence_blocks[0].source == "redis/memory-usage-high.md", mode
-        assert set(lookup.features_off) == {"category_filter", "metadata"}
+        # No BM25 function in a stock collection either: BM25 runs in process, and the lookup says so.
+        assert set(lookup.features_off) == {"category_filter", "metadata", "milvus_bm25"}
+        assert lookup.lexical_mode == "in_process_bm25"
         notes = result.query_transform.notes
         assert any(n.startswith("L0 off:") for n in notes) and any(n.startswith("category_filter off") for n in notes)
         row = lookup.traces.rows()[-1]

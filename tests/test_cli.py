@@ -106,9 +106,11 @@ def test_stats_prints_readable_text_and_json_for_scripts(kb, tmp_path, capsys, e
     assert lines["documents"] == "1 from 1 knowledge-base folder(s)"
     assert lines["collection"].startswith("kb_chunks (Milvus Lite, ")
     assert lines["vectors"] == "384 dimensions, COSINE"
+    assert lines["lexical"] == "milvus_bm25"  # Milvus Lite 3.2 has full-text search: BM25 runs in Milvus
     code, out, _ = run(capsys, "stats", "--state-dir", state, "--json")
     stats = json.loads(out)
     assert code == 0 and stats["chunks"] == 1 and stats["categories"] == {"linux": 1} and stats["milvus"] == "lite"
+    assert stats["lexical_mode"] == "milvus_bm25" and "milvus_bm25" not in stats["features_off"]
 
 
 def test_lowercase_metric_is_accepted_and_a_bad_setting_names_its_variable(kb, tmp_path, capsys, monkeypatch):

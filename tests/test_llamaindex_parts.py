@@ -188,11 +188,12 @@ def test_span_handler_sees_every_stage_under_one_root(sample_lookup):
         return span is roots[0]
 
     names = {s.id_.split("-")[0] for s in spans}
+    # BM25 in Milvus (the sample collection has full-text search): dense and BM25 are one hybrid search span.
+    assert sample_lookup.lexical_mode == "milvus_bm25"
     for stage in (
         "transform_query",
         "AttemptRunner.attempt",
-        "SdkPath.search",
-        "HybridRetriever._lexical",
+        "SdkPath.hybrid_search",
         "RuleReranker._postprocess_nodes",
         "SourceDeduplicator._postprocess_nodes",
         "build_evidence_blocks",

@@ -263,3 +263,21 @@ def test_a_long_lived_lookup_sees_another_process_ingest_on_the_server(milvus_se
     assert "ZorkQuuxSpindleJammed" in result.query_transform.hints.matched_keywords  # L0 reloaded
     assert any(r.startswith("lexical_bm25") for r in result.evidence_blocks[0].hit_reasons)  # BM25 reloaded
     lookup.close()
+
+
+def test_server_without_full_text_search_falls_back_to_in_process_bm25(server_settings, embed_model):
+    """Milvus 2.3 has no BM25 function: the collection is made without one, and BM25 runs in process, named in
+    the trace, in the query notes and in ``stats``; exact-identifier candidates still come (a second search)."""
+    from kb_retrieval.indexing.milvus import engine_has_full_text, full_text_off
+
+    lookup = KnowledgeLookup(server_settings.model_copy(update={"vector_store_mode": "sdk"}), embed_model=embed_model)
+    assert not engine_has_full_text(lookup.client, lite=False)
+    assert full_text_off(lookup.client, lookup.settings) is not None
+    assert lookup.lexical_mode == "in_process_bm25" and lookup.lexical is not None
+    result = lookup.lookup("RedisMemoryHigh: memory above 90% of maxmemory on cache-01")
+    assert result.found and result.evidence_blocks[0].source == "memory-usage-high.md"
+    attempt = result.retrieval_trace.attempts[0]
+    assert attempt.lexical_mode == "in_process_bm25" and attempt.lexical_count > 0
+    assert attempt.milvus_calls == (2 if attempt.lexical_added else 1)
+    assert any(note.startswith("milvus_bm25 off: ") for note in result.query_transform.notes)
+    lookup.close()

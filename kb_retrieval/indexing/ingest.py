@@ -31,7 +31,14 @@ from kb_retrieval.config import Settings
 from kb_retrieval.indexing.embeddings import embed_texts, load_embed_model
 from kb_retrieval.indexing.index_version import ensure_meta_collection, publish_version
 from kb_retrieval.indexing.l0_index import L0Index, ensure_l0_collection, l0_content_hash, write_l0
-from kb_retrieval.indexing.milvus import VARCHAR_LIMITS, connect, ensure_collection, is_lite_engine, iter_rows
+from kb_retrieval.indexing.milvus import (
+    VARCHAR_LIMITS,
+    connect,
+    ensure_collection,
+    full_text_off,
+    is_lite_engine,
+    iter_rows,
+)
 from kb_retrieval.knowledge.chunker import Chunk, chunk_document
 from kb_retrieval.knowledge.loader import (
     KbDocument,
@@ -40,6 +47,7 @@ from kb_retrieval.knowledge.loader import (
     SkippedFile,
     load_knowledge_base,
 )
+from kb_retrieval.retrieval.lexical import analysed_text, lexical_document
 
 
 class SkippedEntry(BaseModel):
@@ -128,7 +136,9 @@ def ingest(
     to_write = [c for plan in plans for c in plan.missing]
     if to_write and model is None:
         model = load_embed_model(settings.embed_model, settings.embed_batch_size)
-    writer = _Writer(client, settings, model, total=len(to_write), progress=progress)
+    # A collection with full-text search gets each chunk's analysed text (Milvus computes BM25 from it).
+    full_text = full_text_off(client, settings) is None
+    writer = _Writer(client, settings, model, total=len(to_write), progress=progress, full_text=full_text)
     for plan in plans:
         writer.add(plan)
     writer.finish()
@@ -231,9 +241,17 @@ class _Writer:
     """Embeds pending chunks in batches across documents; deletes a document's stale chunks once its new ones are in."""
 
     def __init__(
-        self, client: Any, settings: Settings, model: BaseEmbedding | None, *, total: int, progress: bool
+        self,
+        client: Any,
+        settings: Settings,
+        model: BaseEmbedding | None,
+        *,
+        total: int,
+        progress: bool,
+        full_text: bool = False,
     ) -> None:
         self.client = client
+        self.full_text = full_text
         self.settings = settings
         self.model = model
         self.batch = settings.embed_batch_size * 4
@@ -263,7 +281,7 @@ class _Writer:
             self.embed_seconds += time.perf_counter() - t0
             written_at = round(time.time(), 6)  # one stamp per write: lookups prefer a document's newest version
             rows = [
-                _row(self.settings, plan.doc, chunk, len(plan.chunks), vec, written_at)
+                _row(self.settings, plan.doc, chunk, len(plan.chunks), vec, written_at, full_text=self.full_text)
                 for (plan, chunk), vec in zip(self.pending, vectors, strict=True)
             ]
             self.client.upsert(self.settings.collection, rows)
@@ -278,11 +296,16 @@ class _Writer:
 
 
 def _row(
-    settings: Settings, doc: KbDocument, chunk: Chunk, chunk_count: int, vector: Any, written_at: float
+    settings: Settings,
+    doc: KbDocument,
+    chunk: Chunk,
+    chunk_count: int,
+    vector: Any,
+    written_at: float,
+    *,
+    full_text: bool = False,
 ) -> dict[str, Any]:
-    content = chunk.content
-    if len(content.encode()) > VARCHAR_LIMITS["content"] - 16:
-        content = content.encode()[: VARCHAR_LIMITS["content"] - 16].decode("utf-8", "ignore")
+    content = _fit_varchar(chunk.content)
     internal = {
         "title": doc.title,
         "breadcrumb": chunk.breadcrumb_text,
@@ -294,7 +317,7 @@ def _row(
         "chunk_count": chunk_count,
         "ingested_at": written_at,
     }
-    return {
+    row = {
         settings.id_field: chunk.chunk_id,
         settings.content_field: content,
         settings.vector_field: [float(x) for x in vector],
@@ -303,6 +326,19 @@ def _row(
         settings.category_field: doc.category or "",
         settings.source_field: doc.source_id,
     }
+    if full_text:
+        # What BM25 indexes: the header and the content, identifiers split into their words, analysed as a lookup
+        # analyses its query (the same text the in-process BM25 indexes).
+        text = lexical_document(doc.title, chunk.breadcrumb_text, content)
+        row[settings.lexical_text_field] = _fit_varchar(analysed_text(text))
+    return row
+
+
+def _fit_varchar(text: str) -> str:
+    """``text`` cut (at a character boundary) to fit a VARCHAR field of the content limit."""
+    if len(text.encode()) > VARCHAR_LIMITS["content"] - 16:
+        return text.encode()[: VARCHAR_LIMITS["content"] - 16].decode("utf-8", "ignore")
+    return text
 
 
 def _delete(client: Any, settings: Settings, ids: list[str]) -> None:

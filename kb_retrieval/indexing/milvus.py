@@ -11,15 +11,18 @@ import errno
 import fcntl
 import logging
 import os
+import re
 import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from pymilvus import DataType, MilvusClient, MilvusException
+from pymilvus import DataType, Function, FunctionType, MilvusClient, MilvusException
 
 from kb_retrieval.config import Settings
+
+log = logging.getLogger(__name__)
 
 VARCHAR_LIMITS = {"id": 64, "content": 65535, "category": 256, "source": 1024}
 # Filled-in metadata keys the pipeline reads back from the JSON field.
@@ -224,7 +227,13 @@ def _check_reachable(uri: str, timeout_s: float, settings: Settings) -> None:
         ) from exc
 
 
-def build_schema(settings: Settings) -> Any:
+#: The BM25 function of a collection with full-text search: analysed text in, sparse vector out.
+BM25_FUNCTION = "lexical_bm25"
+
+
+def build_schema(settings: Settings, *, full_text: bool = False) -> Any:
+    """The chunk collection's schema; ``full_text`` adds the analysed text field, the sparse field and the BM25
+    function between them (Milvus Lite 3.2, Milvus >= 2.5)."""
     schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
     schema.add_field(settings.id_field, DataType.VARCHAR, is_primary=True, max_length=VARCHAR_LIMITS["id"])
     schema.add_field(settings.content_field, DataType.VARCHAR, max_length=VARCHAR_LIMITS["content"])
@@ -232,7 +241,70 @@ def build_schema(settings: Settings) -> Any:
     schema.add_field(settings.metadata_field, DataType.JSON)
     schema.add_field(settings.category_field, DataType.VARCHAR, max_length=VARCHAR_LIMITS["category"])
     schema.add_field(settings.source_field, DataType.VARCHAR, max_length=VARCHAR_LIMITS["source"])
+    if full_text:
+        # The text arrives analysed (kb_retrieval.retrieval.lexical.analysed_text); the standard analyser keeps it.
+        schema.add_field(
+            settings.lexical_text_field,
+            DataType.VARCHAR,
+            max_length=VARCHAR_LIMITS["content"],
+            enable_analyzer=True,
+            analyzer_params={"type": "standard"},
+        )
+        schema.add_field(settings.sparse_field, DataType.SPARSE_FLOAT_VECTOR)
+        schema.add_function(
+            Function(
+                name=BM25_FUNCTION,
+                function_type=FunctionType.BM25,
+                input_field_names=[settings.lexical_text_field],
+                output_field_names=[settings.sparse_field],
+            )
+        )
     return schema
+
+
+#: The first Milvus server release with full-text search (BM25 functions, sparse fields).
+FULL_TEXT_SINCE = (2, 5)
+
+
+def engine_has_full_text(client: MilvusClient, lite: bool) -> bool:
+    """True when the engine can hold a BM25 function: Milvus Lite (3.2 has it) or a server from Milvus 2.5.
+
+    Asked of the server's version, not by trying: a Milvus 2.3 server accepts a collection with a sparse field
+    (ignoring the function), fails its index, and its process died loading that collection (measured). An
+    unreadable version counts as without.
+    """
+    if lite:
+        return True
+    try:
+        version = str(client.get_server_version())
+    except MilvusException:
+        return False
+    match = re.match(r"v?(\d+)\.(\d+)", version.strip())
+    return match is not None and (int(match.group(1)), int(match.group(2))) >= FULL_TEXT_SINCE
+
+
+def full_text_off(client: MilvusClient, settings: Settings) -> str | None:
+    """``None`` when the collection has full-text search (a BM25 function from the analysed text field into the
+    sparse field, which only an engine that supports it could create); else why not, in one line.
+
+    A capability check on the collection itself, not a version guess: a collection created before this feature,
+    or on an engine without full-text search (the Milvus 2.3 server), has no such function.
+    """
+    if not settings.lexical_text_field or not settings.sparse_field:
+        return "no analysed text field configured (KB_LEXICAL_TEXT_FIELD)"
+    for function in client.describe_collection(settings.collection).get("functions") or []:
+        kind = function.get("type")
+        if (
+            str(getattr(kind, "name", kind)).upper() == "BM25"
+            and list(function.get("input_field_names") or []) == [settings.lexical_text_field]
+            and list(function.get("output_field_names") or []) == [settings.sparse_field]
+        ):
+            return None
+    return (
+        f"collection '{settings.collection}' has no BM25 function from '{settings.lexical_text_field}' into "
+        f"'{settings.sparse_field}' (made before full-text search, or on an engine without it such as Milvus 2.3; "
+        "re-create it with `kb-retrieval ingest` to use it): BM25 runs in process"
+    )
 
 
 #: Build parameters of an index when ``KB_INDEX_PARAMS`` is empty (Milvus' own HNSW defaults are M=16,
@@ -282,10 +354,14 @@ def ensure_collection(client: MilvusClient, settings: Settings, *, create: bool 
     if not client.has_collection(name):
         if not create:
             raise SchemaMismatchError(f"Milvus collection '{name}' does not exist: run `kb-retrieval ingest` first")
-        index_type, params = vector_index(settings, lite=is_lite_engine(client, settings))
+        lite = is_lite_engine(client, settings)
+        index_type, params = vector_index(settings, lite=lite)
+        full_text = bool(settings.lexical_text_field and settings.sparse_field) and engine_has_full_text(client, lite)
         index_params = client.prepare_index_params()
         index_params.add_index(settings.vector_field, index_type=index_type, metric_type=settings.metric, params=params)
-        create_collection(client, name, build_schema(settings), index_params, settings)
+        if full_text:
+            index_params.add_index(settings.sparse_field, index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
+        create_collection(client, name, build_schema(settings, full_text=full_text), index_params, settings)
     else:
         validate_collection(client, settings)
     client.load_collection(name)

@@ -117,8 +117,10 @@ class AttemptRunner:
             trace.error = f"{type(exc).__name__}: {str(exc)[:500]}"
             trace.elapsed_ms = round((time.perf_counter() - t0) * 1000, 3)
             return AttemptResult(trace)
+        trace.lexical_mode = search.lexical_mode
         trace.lexical_count = search.lexical_count
         trace.lexical_added = search.lexical_added
+        trace.milvus_calls = search.milvus_calls
         trace.path = search.path
         trace.path_fallback_reason = search.path_fallback_reason
         trace.candidate_count = len(search.candidates)

@@ -1,5 +1,21 @@
-"""Stage 2: the hybrid L1 step, a LlamaIndex ``BaseRetriever``: dense search in Milvus, BM25 beside it, and the
-lexical hits the dense search missed scored by Milvus, so every candidate carries one comparable similarity.
+"""Stage 2: the hybrid L1 step, a LlamaIndex ``BaseRetriever``: dense, BM25 and exact-identifier candidates, every
+one with its dense similarity from Milvus, so every candidate carries one comparable similarity.
+
+Two modes (``lexical_mode``, chosen when connecting, named in ``stats`` and in each attempt's trace):
+
+- ``milvus_bm25``: one Milvus call per attempt, ``hybrid_search`` with a dense and a BM25 request under the same
+  filter, plus a dense request restricted to the exact-identifier candidates when the query has any
+  (:mod:`kb_retrieval.retrieval.l1.full_text`). The dense candidates are the ``top_k`` hits with the best dense
+  similarity (each computed from the hit's vector: the dense search's own score); the lexical ones are Milvus' BM25
+  hits. No BM25 index is built at start-up, and another process's ingest is searched as soon as Milvus has it.
+- ``in_process_bm25`` (engines or collections without full-text search): a dense search, BM25 in memory
+  (:class:`~kb_retrieval.retrieval.lexical.LexicalIndex`), and a second search restricted to the lexical and
+  exact-identifier hits the dense search missed, for their dense similarity.
+
+Each signal keeps its own score: the dense similarity (raw value, label, normalised similarity); ``lexical_score``,
+a candidate's BM25 score relative to the query's best BM25 hit under the same filter (1.0 for the best), which the
+reranker turns into a boost, never a similarity; and the exact identifiers a chunk holds with their document
+frequency (:mod:`kb_retrieval.retrieval.exact`, in memory in both modes).
 
 ``search`` is the pipeline's call (embedding, filter and deadline given; what happened is returned for the trace).
 ``retrieve`` is the ordinary face: a :class:`LookupQuery` carries the lookup's context (its transform, hence the
@@ -20,20 +36,39 @@ from typing import Any
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.schema import NodeWithScore, QueryBundle
+from pymilvus import MilvusClient
 
 from kb_retrieval.config import Settings
 from kb_retrieval.indexing.embeddings import embed_query
-from kb_retrieval.models import Candidate, QueryTransform
+from kb_retrieval.indexing.milvus import full_text_off
+from kb_retrieval.models import Candidate, LexicalMode, QueryTransform
 from kb_retrieval.retrieval.deadline import Deadline
 from kb_retrieval.retrieval.exact import ExactIdentifierIndex
-from kb_retrieval.retrieval.l1.base import one_version_per_source
+from kb_retrieval.retrieval.l1.base import one_version_per_source, supports_hybrid
 from kb_retrieval.retrieval.l1.retriever import L1Retriever
-from kb_retrieval.retrieval.lexical import LexicalIndex
+from kb_retrieval.retrieval.lexical import LexicalIndex, analysed_text
 from kb_retrieval.retrieval.stage import candidate_node
 from kb_retrieval.retrieval.timing import StageClock
 
 log = logging.getLogger(__name__)
 dispatcher = get_dispatcher(__name__)
+
+
+def choose_lexical_mode(
+    client: MilvusClient, settings: Settings, path: object | None
+) -> tuple[LexicalMode, str | None]:
+    """Where BM25 runs for this collection and path, and why not in Milvus when it cannot.
+
+    A capability check, not a version guess: the collection has a BM25 function into a sparse field (which only an
+    engine with full-text search creates: :func:`~kb_retrieval.indexing.milvus.full_text_off`) and the path can send
+    a hybrid search (``path=None``: the built-in paths, which can).
+    """
+    if not settings.lexical_enabled:
+        return "off", None
+    reason = full_text_off(client, settings)
+    if reason is None and path is not None and not supports_hybrid(path):
+        reason = f"the vector-store path ({type(path).__name__}) has no hybrid search: BM25 runs in process"
+    return ("in_process_bm25", reason) if reason else ("milvus_bm25", None)
 
 
 @dataclass
@@ -55,8 +90,10 @@ class HybridSearch:
     exact_df: dict[str, int] = field(default_factory=dict)  # chunk id -> documents holding its rarest identifier
     path: str | None = None
     path_fallback_reason: str | None = None
+    lexical_mode: LexicalMode = "off"
     lexical_count: int = 0
     lexical_added: int = 0
+    milvus_calls: int = 0  # searches sent to Milvus (1 in milvus_bm25 mode; 2 in process when it adds candidates)
 
     def nodes(self) -> list[NodeWithScore]:
         return [
@@ -71,7 +108,12 @@ class HybridSearch:
 
 
 class HybridRetriever(BaseRetriever):
-    """Dense (one vector-store path) plus lexical (BM25) and exact-identifier candidates, all scored by Milvus."""
+    """Dense (one vector-store path) plus lexical (BM25) and exact-identifier candidates, each with its dense
+    similarity from Milvus.
+
+    ``lexical_mode``: ``milvus_bm25`` (the path's one hybrid call), ``in_process_bm25`` (``lexical`` is the index)
+    or ``off``. By default ``in_process_bm25`` when ``lexical`` is given, else ``off``.
+    """
 
     def __init__(
         self,
@@ -79,6 +121,8 @@ class HybridRetriever(BaseRetriever):
         lexical: LexicalIndex | None,
         settings: Settings,
         exact: ExactIdentifierIndex | None = None,
+        *,
+        lexical_mode: LexicalMode | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -86,6 +130,9 @@ class HybridRetriever(BaseRetriever):
         self.lexical = lexical
         self.exact = exact
         self.settings = settings
+        self.lexical_mode: LexicalMode = lexical_mode or ("in_process_bm25" if lexical is not None else "off")
+        if self.lexical_mode == "in_process_bm25" and lexical is None:
+            raise ValueError("lexical_mode 'in_process_bm25' needs a LexicalIndex")
 
     def search(
         self,
@@ -99,20 +146,27 @@ class HybridRetriever(BaseRetriever):
         settings = self.settings
         deadline = deadline or Deadline.after(settings.lookup_timeout_s)
         clock = StageClock(stage_ms)
+        exact_terms, exact_df = self._exact(query_text)
+        if self.lexical_mode == "milvus_bm25":
+            terms = analysed_text(query_text) if settings.lexical_top_k > 0 else ""
+            if terms or exact_terms:  # else (a query of stopwords only, no identifier) the dense search alone
+                result = self._search_in_milvus(embedding, terms, category, deadline, clock, list(exact_terms))
+                result.exact_terms, result.exact_df = exact_terms, exact_df
+                return result
         with clock("search"):
             dense = self.dense.search(embedding, category, timeout=deadline.timeout(settings.milvus_search_timeout_s))
         result = HybridSearch(
-            candidates=dense.candidates, path=dense.path, path_fallback_reason=dense.path_fallback_reason
+            candidates=dense.candidates,
+            path=dense.path,
+            path_fallback_reason=dense.path_fallback_reason,
+            lexical_mode=self.lexical_mode,
+            exact_terms=exact_terms,
+            exact_df=exact_df,
+            milvus_calls=1,
         )
-        missing: list[str] = []
         known = {c.chunk_id for c in result.candidates}
-        if self.exact is not None and settings.scoring.exact_match_max_df > 0:
-            for hit in self.exact.match(query_text, settings.scoring.exact_match_max_df):
-                for chunk_id in hit.chunk_ids:
-                    result.exact_terms.setdefault(chunk_id, []).append(hit.token)
-                    result.exact_df[chunk_id] = min(result.exact_df.get(chunk_id, len(hit.sources)), len(hit.sources))
-            missing += [c for c in result.exact_terms if c not in known]
-        if self.lexical is not None and settings.lexical_top_k > 0:
+        missing = [c for c in exact_terms if c not in known]
+        if self.lexical_mode == "in_process_bm25" and self.lexical is not None and settings.lexical_top_k > 0:
             with clock("lexical"):
                 hits = self._lexical(query_text, category)
             result.lexical_scores = {h.chunk_id: h.score for h in hits}
@@ -125,6 +179,7 @@ class HybridRetriever(BaseRetriever):
         result.lexical_added = len(missing)
         if missing and not deadline.expired:  # Milvus scores the lexical candidates the dense search did not return
             try:
+                result.milvus_calls += 1
                 with clock("search"):
                     extra = self.dense.search(
                         embedding,
@@ -136,6 +191,57 @@ class HybridRetriever(BaseRetriever):
             except Exception as exc:  # the dense candidates still stand
                 log.warning("scoring lexical candidates failed: %s", exc)
         return result
+
+    def _exact(self, query_text: str) -> tuple[dict[str, list[str]], dict[str, int]]:
+        """Chunk id -> the rare query identifiers it holds verbatim, and -> the document frequency of its rarest."""
+        terms: dict[str, list[str]] = {}
+        df: dict[str, int] = {}
+        if self.exact is None or self.settings.scoring.exact_match_max_df <= 0:
+            return terms, df
+        for hit in self.exact.match(query_text, self.settings.scoring.exact_match_max_df):
+            for chunk_id in hit.chunk_ids:
+                terms.setdefault(chunk_id, []).append(hit.token)
+                df[chunk_id] = min(df.get(chunk_id, len(hit.sources)), len(hit.sources))
+        return terms, df
+
+    def _search_in_milvus(
+        self,
+        embedding: list[float],
+        terms: str,
+        category: str | None,
+        deadline: Deadline,
+        clock: StageClock,
+        exact_ids: list[str],
+    ) -> HybridSearch:
+        """Dense, BM25 and exact-identifier chunks in one Milvus call: the ``top_k`` chunks with the best dense
+        similarity (best first), then the other exact-identifier chunks and the other BM25 hits from
+        ``lexical_rescore_min`` up, best similarity first (the order a search restricted to them returns)."""
+        settings = self.settings
+        with clock("search"):
+            found = self.dense.hybrid_search(
+                embedding,
+                terms,
+                category,
+                timeout=deadline.timeout(settings.milvus_search_timeout_s),
+                ids=exact_ids,
+            )
+        by_similarity = sorted(found.candidates, key=lambda c: -c.similarity)  # stable: ties keep Milvus' order
+        dense = by_similarity[: settings.top_k]
+        best = max(found.bm25.values(), default=0.0)
+        relative = {chunk_id: round(score / best, 6) for chunk_id, score in found.bm25.items()} if best > 0 else {}
+        known = {c.chunk_id for c in dense}
+        wanted = set(exact_ids) | {c for c, score in relative.items() if score >= settings.lexical_rescore_min}
+        added = [c for c in by_similarity[settings.top_k :] if c.chunk_id in wanted and c.chunk_id not in known]
+        return HybridSearch(
+            candidates=one_version_per_source(dense + added),
+            lexical_scores=relative,
+            path=found.path,
+            path_fallback_reason=found.path_fallback_reason,
+            lexical_mode="milvus_bm25",
+            lexical_count=len(relative),
+            lexical_added=len(added),
+            milvus_calls=1,
+        )
 
     @dispatcher.span
     def _lexical(self, query_text: str, category: str | None) -> list[Any]:

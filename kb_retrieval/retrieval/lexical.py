@@ -1,12 +1,22 @@
 """A lexical signal beside the dense one: BM25 over the same chunks that are in Milvus.
 
 Alert texts and runbooks share exact vocabulary (metric names, component names, "has not found all other cluster
-members") that a small sentence-embedding model blurs. BM25 finds those chunks; Milvus still scores them: the
-pipeline asks Milvus for the dense similarity of every lexical candidate (a search restricted to their ids), so the
-search stays in Milvus and every candidate carries one comparable similarity.
+members") that a small sentence-embedding model blurs. BM25 finds those chunks; Milvus still gives each its dense
+similarity, so every candidate carries one comparable similarity.
 
-The index is built in memory from the collection's rows when a lookup object is created (the chunk text with its
-breadcrumb, tokenised with English stemming and stopwords), so it always matches what the collection held then.
+Two places run BM25, with one analysis (:func:`analysed_text`: identifiers split into their words, lower case,
+English stopwords dropped, Snowball English stems):
+
+- **In Milvus** (``lexical_mode = milvus_bm25``, Milvus Lite 3.2 and Milvus >= 2.5): ingest writes the analysed text
+  of each chunk (:func:`lexical_document`) into a VARCHAR field with Milvus' analyser on and a BM25 ``Function``
+  into a sparse field; a lookup sends the analysed query as the BM25 request of its one ``hybrid_search`` call. The
+  analysis is ours, not the engine's: Milvus Lite 3.2.2 ignores analyser filters (no stemming, no stopwords,
+  measured), and its standard tokenizer leaves our already analysed words as they are, so both engines index the
+  same terms.
+- **In process** (``lexical_mode = in_process_bm25``, the fallback for engines without full-text search, e.g. the
+  Milvus 2.3 server, and for collections made before it): :class:`LexicalIndex`, built in memory from the
+  collection's rows when a lookup object is created and after another process's ingest; the lexical hits the dense
+  search missed get their dense similarity from a second Milvus search restricted to their ids.
 
 Example:
     >>> index = LexicalIndex.build([("c1", "Redis memory high", "redis"), ("c2", "MySQL lag", "mysql")])
@@ -20,6 +30,7 @@ import logging
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +38,29 @@ from kb_retrieval.knowledge.text import split_camel
 
 _TOKEN_PATTERN = r"(?u)\b\w\w+\b"
 _IDENTIFIER = re.compile(r"\b(?=\w*[a-z][A-Z]|\w*_\w)\w+\b")  # CamelCase or snake_case
+
+
+def _tokenizer() -> Any:
+    """The BM25 analysis both places share (a fresh tokenizer: its vocabulary grows with what it reads)."""
+    import Stemmer
+    from bm25s.tokenization import Tokenizer
+
+    logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets its logger to DEBUG on import
+    return Tokenizer(stemmer=Stemmer.Stemmer("english"), stopwords="en", splitter=_TOKEN_PATTERN)
+
+
+def analysed_text(text: str) -> str:
+    """The words BM25 indexes for ``text``, space-separated: what ingest writes into the analysed field and what
+    a lookup sends as its BM25 request.
+
+    Example:
+        >>> analysed_text("KubePodCrashLooping: the pods are restarting")
+        'kubepodcrashloop pod restart kube pod crash loop'
+    """
+    tokens = _tokenizer().tokenize(
+        [with_identifier_parts(text)], update_vocab=True, return_as="string", show_progress=False
+    )
+    return " ".join(t for t in tokens[0] if t)
 
 
 def with_identifier_parts(text: str) -> str:
@@ -44,6 +78,11 @@ def lexical_header(title: str | None, breadcrumb: str | None) -> str:
     if title and not crumb.startswith(title):
         return f"{title} > {crumb}" if crumb else title
     return crumb
+
+
+def lexical_document(title: str | None, breadcrumb: str | None, content: str) -> str:
+    """What BM25 indexes for a chunk, in both places: its header (:func:`lexical_header`) and its content."""
+    return f"{lexical_header(title, breadcrumb)}\n{content}"
 
 
 @dataclass(frozen=True)
@@ -70,13 +109,9 @@ class LexicalIndex:
     def build(cls, rows: Iterable[tuple[str, str, str]]) -> LexicalIndex:
         """Index ``(chunk_id, text, category)`` rows."""
         import bm25s
-        import Stemmer
-        from bm25s.tokenization import Tokenizer
-
-        logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets its logger to DEBUG on import
 
         rows = list(rows)
-        tokenizer = Tokenizer(stemmer=Stemmer.Stemmer("english"), stopwords="en", splitter=_TOKEN_PATTERN)
+        tokenizer = _tokenizer()
         retriever = bm25s.BM25()
         if rows:
             ids = tokenizer.tokenize(

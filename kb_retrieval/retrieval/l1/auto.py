@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from typing import Any
 
 from kb_retrieval.retrieval.deadline import MIN_CALL_S, DeadlineExceededError
 from kb_retrieval.retrieval.l1.base import L1Search, VectorPath
@@ -28,9 +30,30 @@ class AutoPath:
     def search(
         self, embedding: list[float], top_k: int, filter_expr: str | None, timeout: float | None = None
     ) -> L1Search:
+        return self._serve(lambda path, left: path.search(embedding, top_k, filter_expr, left), timeout)
+
+    def hybrid_search(
+        self,
+        embedding: list[float],
+        terms: str,
+        top_k: int,
+        lexical_top_k: int,
+        filter_expr: str | None,
+        timeout: float | None = None,
+        ids_filter: str | None = None,
+        ids_count: int = 0,
+    ) -> L1Search:
+        """The hybrid search on the preferred path, else on the fallback (both must have it: ``supports_hybrid``)."""
+
+        def call(path: Any, left: float | None) -> L1Search:
+            return path.hybrid_search(embedding, terms, top_k, lexical_top_k, filter_expr, left, ids_filter, ids_count)
+
+        return self._serve(call, timeout)
+
+    def _serve(self, call: Callable[[Any, float | None], L1Search], timeout: float | None) -> L1Search:
         started = time.monotonic()
         try:
-            return self.preferred.search(embedding, top_k, filter_expr, timeout)
+            return call(self.preferred, timeout)
         except Exception as exc:
             reason = f"{self.preferred.name} failed: {type(exc).__name__}: {_first_line(exc)}"
             log.warning("auto mode falling back to %s: %s", self.fallback.name, reason)
@@ -38,7 +61,7 @@ class AutoPath:
         try:
             if left is not None and left < MIN_CALL_S:
                 raise DeadlineExceededError("no time left for the fallback path (lookup_timeout_s)")
-            result = self.fallback.search(embedding, top_k, filter_expr, left)
+            result = call(self.fallback, left)
         except Exception as exc:
             # Both halves short enough to survive the 500 characters the attempt's trace keeps of an error.
             raise AllPathsFailedError(

@@ -19,6 +19,8 @@ class L1Search:
     candidates: list[Candidate] = field(default_factory=list)
     path: PathName | None = None
     path_fallback_reason: str | None = None
+    #: A hybrid search's BM25 hits: chunk id -> raw BM25 score (Milvus'); empty for a dense search.
+    bm25: dict[str, float] = field(default_factory=dict)
 
 
 class VectorPath(Protocol):
@@ -29,6 +31,31 @@ class VectorPath(Protocol):
     ) -> L1Search:
         """``timeout``: seconds this call may take (the lookup's remaining time); ``None``: the path's default."""
         ...
+
+
+class HybridPath(VectorPath, Protocol):
+    """A path that can also send the dense and the BM25 request in one ``hybrid_search`` call
+    (:mod:`kb_retrieval.retrieval.l1.full_text`). Paths without ``hybrid_search`` serve the in-process BM25 mode."""
+
+    def hybrid_search(
+        self,
+        embedding: list[float],
+        terms: str,
+        top_k: int,
+        lexical_top_k: int,
+        filter_expr: str | None,
+        timeout: float | None = None,
+        ids_filter: str | None = None,
+        ids_count: int = 0,
+    ) -> L1Search: ...
+
+
+def supports_hybrid(path: object) -> bool:
+    """True when ``path`` (and, for ``auto``, both its paths) can serve a hybrid search."""
+    inner = [getattr(path, "preferred", None), getattr(path, "fallback", None)]
+    if all(p is not None for p in inner):
+        return all(supports_hybrid(p) for p in inner)
+    return callable(getattr(path, "hybrid_search", None))
 
 
 def output_fields(settings: Settings) -> list[str]:

@@ -71,6 +71,24 @@ class L1Retriever(BaseRetriever):
         limit = len(ids) if ids else top_k or self.settings.top_k
         return self.path.search(embedding, limit, self.filter_expr(category, ids), timeout)
 
+    def hybrid_search(
+        self,
+        embedding: list[float],
+        terms: str,
+        category: str | None = None,
+        timeout: float | None = None,
+        ids: list[str] | None = None,
+    ) -> L1Search:
+        """Dense (``top_k``) and BM25 (``lexical_top_k``) in one Milvus call, both under the category filter, and
+        ``ids`` (the exact-identifier candidates) by a dense request restricted to them in the same call; the path must
+        support it (:func:`~kb_retrieval.retrieval.l1.base.supports_hybrid`)."""
+        s = self.settings
+        path: Any = self.path
+        ids_filter = self.filter_expr(category, ids) if ids else None
+        return path.hybrid_search(
+            embedding, terms, s.top_k, s.lexical_top_k, self.filter_expr(category), timeout, ids_filter, len(ids or [])
+        )
+
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         embedding = query_bundle.embedding or embed_query(self.embed_model, query_bundle.query_str)
         result = self.search(embedding, self.category_filter)
