@@ -166,9 +166,15 @@ class KBSettings(BaseSettings):
     trace_timeout_s: float = Field(
         default=2.0,
         gt=0,
-        description="The longest a lookup waits for its trace row: the database's busy, lock and statement timeouts; "
-        "a write still unanswered after it (a hung database) is given up, and the lookup answers with "
-        "trace_recorded = false.",
+        description="The database's busy, lock and statement timeouts for a trace row, and the longest anything waits "
+        "on the trace store: a lookup for room in a full queue (then its row is given up: trace_recorded = false), "
+        "for its commit with trace_wait, closing the store for its queued rows (the rest given up, logged, counted).",
+    )
+    trace_wait: bool = Field(
+        default=False,
+        description="false: a lookup queues its trace row and returns (trace_recorded = true: accepted; a row that "
+        "then fails is logged and counted, never dropped silently). true: a lookup waits for the commit (at most "
+        "trace_timeout_s) and trace_recorded says whether the row was committed.",
     )
     trace_query: Literal["full", "hash", "redact"] = Field(
         default="full",

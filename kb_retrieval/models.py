@@ -238,4 +238,8 @@ class LookupResult(Contract):
     retrieval_layer: Literal["L1", "L0+L1", "none"]
     elapsed_ms: float = 0.0
     stage_ms: dict[str, float] = Field(default_factory=dict)
-    trace_recorded: bool = True
+    trace_recorded: bool = Field(
+        default=True,
+        description="The trace row was accepted: queued for the background writers (a row that then fails is logged "
+        "and counted by the trace store), or, with trace_wait, committed.",
+    )

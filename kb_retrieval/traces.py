@@ -4,10 +4,17 @@ A SQLite file in the state directory by default; any SQLAlchemy URL (PostgreSQL,
 ``retrieval_details`` holds the modular pipeline's trace (query transform, every retrieval attempt, rerank trace,
 context pack summary, evidence summaries with content truncated) and never the full evidence content.
 
-A failing trace store never fails a lookup: the error is logged and counted (``TraceStore.failures``) and the
-result says ``trace_recorded = false``. Nor does a slow or hung one hold the answer: rows are written by a few
-background threads and a lookup waits for its row at most ``timeout_s`` (``KB_TRACE_TIMEOUT_S``) plus a small
-margin.
+Rows are written by a few background threads. By default a lookup does not wait for its row: the row joins a
+bounded queue and the lookup returns (``trace_recorded = true`` then says the row was accepted). Every accepted row
+is either committed or its loss is logged and counted (``TraceStore.failures``), never silently dropped: a write
+error is logged by the writer, and :meth:`TraceStore.close` (and, for a store left open, the end of the process)
+waits while the database takes rows and gives up, logs and counts whatever is left once it has taken none for
+``timeout_s``. Readers (:meth:`TraceStore.rows`, :meth:`TraceStore.count`) first wait for the rows accepted before
+them, so a lookup's row is visible to the next read. A full queue (the
+database far slower than the lookups) makes a lookup wait up to ``timeout_s`` for room; then its row is given up
+(logged, counted, ``trace_recorded = false``). With ``wait=True`` (``KB_TRACE_WAIT``) a lookup instead waits for
+its row's commit, at most ``timeout_s`` (``KB_TRACE_TIMEOUT_S``) plus a small margin, and ``trace_recorded`` says
+whether it was committed. A failing trace store never fails a lookup.
 
 The query text can be kept in full, hashed or redacted (``KB_TRACE_QUERY``); text a database cannot store (NUL in
 PostgreSQL text, lone surrogates anywhere) is stored with U+FFFD in its place.
@@ -15,6 +22,7 @@ PostgreSQL text, lone surrogates anywhere) is stored with U+FFFD in its place.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime as dt
 import hashlib
@@ -24,6 +32,8 @@ import os
 import queue
 import re
 import threading
+import time
+import weakref
 from pathlib import Path
 from typing import Any, Literal
 
@@ -55,6 +65,8 @@ QueryMode = Literal["full", "hash", "redact"]
 WAIT_MARGIN_S = 0.25
 #: Background writer threads per store: writes to a hung database occupy them; later rows wait (bounded) in a queue.
 WRITERS = 4
+#: Rows a store holds for its writers at most (a few hundred KB); when full, a lookup waits up to ``timeout_s``.
+QUEUE_ROWS = 1000
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -126,10 +138,12 @@ class TraceStore:
     """Writes and reads ``tool_invocation`` rows. Thread-safe; SQLite writes are serialised.
 
     ``timeout_s`` bounds how long one write may wait on the database: SQLite's busy timeout on a locked file; on
-    PostgreSQL the connect, lock and statement timeouts; and, for a database that does not answer at all, the
-    lookup's own wait for its row. A write that runs out of it fails like any other (logged, counted,
-    ``trace_recorded = false``) and the lookup answers regardless. ``query_mode``: how the query text is kept
-    (``full``, ``hash``, ``redact``). Build one from settings with :meth:`from_settings`.
+    PostgreSQL the connect, lock and statement timeouts. It also bounds every wait of a caller: for room in a full
+    queue, for a row's commit (``wait=True``), for the queue to drain at :meth:`close`. A write that runs out of it
+    fails like any other (logged, counted) and the lookup answers regardless. ``wait``: whether :meth:`record` waits
+    for the commit (``KB_TRACE_WAIT``) or returns once the row is queued (the default). ``queue_rows``: how many rows
+    may wait for the writers. ``query_mode``: how the query text is kept (``full``, ``hash``, ``redact``). Build one
+    from settings with :meth:`from_settings`.
 
     Example:
         >>> store = TraceStore("sqlite://", query_mode="hash")
@@ -145,18 +159,23 @@ class TraceStore:
         query_chars: int = 4000,
         timeout_s: float = Settings.model_fields["trace_timeout_s"].default,
         query_mode: QueryMode = "full",
+        wait: bool = False,
+        queue_rows: int = QUEUE_ROWS,
     ) -> None:
         self.url = url
         self.content_chars = content_chars
         self.query_chars = query_chars
         self.timeout_s = timeout_s
         self.query_mode = query_mode
+        self.wait = wait
         self.failures = 0
         self.last_error: str | None = None
         self._lock = threading.Lock()  # serialises SQLite writes
-        self._state_lock = threading.Lock()  # guards failures/last_error and the writer threads; never held on I/O
+        self._state_lock = threading.Lock()  # guards failures/last_error, writers, outstanding rows; never held on I/O
         self._schema_lock = threading.Lock()  # schema creation (talks to the database, so apart from the above)
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._jobs: queue.Queue[_Job | None] = queue.Queue(maxsize=queue_rows)
+        self._outstanding: set[_Job] = set()  # accepted rows not yet written, failed or given up
+        self._settled = 0  # rows settled so far: progress, while the queue drains
         self._writers: list[threading.Thread] = []
         self._is_sqlite = url.startswith("sqlite")
         if self._is_sqlite and url.startswith("sqlite:///") and url != "sqlite:///:memory:":
@@ -177,6 +196,7 @@ class TraceStore:
             busy_ms = int(timeout_s * 1000)
             event.listen(self.engine, "connect", lambda conn, _record: _sqlite_pragmas(conn, busy_ms))
         self._ready = False
+        _OPEN_STORES.add(self)  # rows still queued when the process ends are written then (or counted as lost)
 
     def _ensure_schema(self) -> None:
         if not self._ready:
@@ -187,13 +207,14 @@ class TraceStore:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TraceStore:
-        """The store the settings describe (URL, preview sizes, timeout, query mode)."""
+        """The store the settings describe (URL, preview sizes, timeout, waiting, query mode)."""
         return cls(
             settings.resolved_trace_db_url(),
             content_chars=settings.trace_content_chars,
             query_chars=settings.max_query_chars,
             timeout_s=settings.trace_timeout_s,
             query_mode=settings.trace_query,
+            wait=settings.trace_wait,
         )
 
     def record(
@@ -203,16 +224,24 @@ class TraceStore:
         *,
         tool_name: str = TOOL_NAME,
         sidecar: dict[str, Any] | None = None,
+        wait: bool | None = None,
     ) -> bool:
-        """Write one row; True only when it was committed. On failure log, count, and return False.
+        """Write one row, in the background. On failure log and count it; never raise.
 
-        The write runs on a background thread; this waits at most ``timeout_s`` + :data:`WAIT_MARGIN_S`. A write
-        not done by then is given up: not started or not yet committed, it is rolled back and never lands (so
-        False is the truth); in the one case of a database hanging during the commit itself, the outcome cannot
-        be known in time and is logged as such.
+        ``wait`` (default: the store's ``wait``) False: True once the row is queued; its write, done by a writer
+        thread, is committed or logged and counted as a failure. A full queue is waited on for room at most
+        ``timeout_s``; then the row is given up (logged, counted) and this returns False.
 
-        ``sidecar``: the ``retrieval_details.sidecar`` entry when a sidecar ran beside the lookup.
+        ``wait`` True: True only when the row was committed; this waits at most ``timeout_s`` + :data:`WAIT_MARGIN_S`.
+        A write not done by then is given up: not started or not yet committed, it is rolled back and never lands (so
+        False is the truth); in the one case of a database hanging during the commit itself, the outcome cannot be
+        known in time and is logged as such.
+
+        The row is built here, from the result as it is now. ``sidecar``: the ``retrieval_details.sidecar`` entry
+        when a sidecar ran beside the lookup.
         """
+        waits = self.wait if wait is None else wait
+        deadline = time.monotonic() + self.timeout_s + WAIT_MARGIN_S
         row = ToolInvocation(
             tool_name=tool_name,
             # PostgreSQL text cannot hold NUL; the JSON details keep it (escaped).
@@ -224,11 +253,13 @@ class TraceStore:
             retrieval_layer=result.retrieval_layer,
             retrieval_details=self._details(result, sidecar),
         )
-        job = _Job(row)
-        self._start_writers()
-        self._jobs.put(job)
+        job = _Job(row, detached=not waits)
+        if not self._enqueue(job):
+            return False
+        if not waits:
+            return True
         waited = self.timeout_s + WAIT_MARGIN_S
-        if not job.done.wait(waited):
+        if not job.done.wait(max(0.0, deadline - time.monotonic())):
             with job.lock:
                 in_doubt = job.state == "committing"
                 if not in_doubt:
@@ -236,12 +267,67 @@ class TraceStore:
             if in_doubt:
                 self._failed(f"TimeoutError: the commit was unanswered after {waited:g} s (the row may be recorded)")
             else:
+                self._settle(job)
                 self._failed(f"TimeoutError: the trace database did not answer within {waited:g} s")
+            return False
+        if job.state == "abandoned":  # given up by close() meanwhile, which counted it
             return False
         if job.error is not None:
             self._failed(f"{type(job.error).__name__}: {_first_line(job.error)}")
             return False
         return True
+
+    def _enqueue(self, job: _Job) -> bool:
+        """Hand the row to the writers; when the queue stays full for ``timeout_s``, give it up (logged, counted)."""
+        self._start_writers()
+        with self._state_lock:
+            self._outstanding.add(job)
+        try:
+            self._jobs.put(job, timeout=self.timeout_s)
+        except queue.Full:
+            self._settle(job)
+            self._failed(
+                f"QueueFull: {self._jobs.maxsize} rows were already waiting for the trace database; this one was given "
+                f"up after {self.timeout_s:g} s"
+            )
+            return False
+        return True
+
+    def _settle(self, job: _Job) -> None:
+        """The row is written, failed or given up: nothing waits for it any more."""
+        job.done.set()
+        with self._state_lock:
+            self._outstanding.discard(job)
+            self._settled += 1
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until every row accepted so far is written, failed or given up (at most ``timeout_s``, by default
+        the store's ``timeout_s`` + :data:`WAIT_MARGIN_S`); True when none is left waiting. Gives nothing up."""
+        deadline = time.monotonic() + (self.timeout_s + WAIT_MARGIN_S if timeout_s is None else timeout_s)
+        with self._state_lock:
+            pending = list(self._outstanding)
+        return all(job.done.wait(max(0.0, deadline - time.monotonic())) for job in pending)
+
+    def _give_up_pending(self, why: str) -> None:
+        """Give up the rows still waiting (they are rolled back or never started, so they never land later), and log
+        and count them; a row whose commit is under way is counted as in doubt."""
+        with self._state_lock:
+            pending = list(self._outstanding)
+        lost = in_doubt = 0
+        for job in pending:
+            with job.lock:
+                if job.done.is_set() or job.state == "abandoned":
+                    continue
+                if job.state == "committing":
+                    in_doubt += 1
+                    continue
+                job.state = "abandoned"
+            self._settle(job)
+            lost += 1
+        if lost:
+            self._failed(f"TimeoutError: {lost} row(s) still waiting for the trace database {why}: given up", lost)
+        if in_doubt:
+            self._failed(f"TimeoutError: {in_doubt} commit(s) unanswered {why} (the rows may be recorded)", in_doubt)
 
     def _details(self, result: LookupResult, sidecar: dict[str, Any] | None) -> dict[str, Any]:
         """``retrieval_details`` with the query texts in the store's query mode and only storable text."""
@@ -262,9 +348,9 @@ class TraceStore:
             return f"[redacted: {len(text)} characters]"
         return _SURROGATE.sub("\ufffd", text)
 
-    def _failed(self, message: str) -> None:
+    def _failed(self, message: str, rows: int = 1) -> None:
         with self._state_lock:
-            self.failures += 1
+            self.failures += rows
             failures = self.failures
             self.last_error = message
         log.error(
@@ -276,37 +362,48 @@ class TraceStore:
             return
         with self._state_lock:
             while len(self._writers) < WRITERS:
-                # Daemon threads: a write stuck on a hung database never keeps the process from exiting.
+                # Daemon threads: a write stuck on a hung database never keeps the process from exiting (rows still
+                # queued at exit are written, or given up and counted, by the atexit hook below).
                 thread = threading.Thread(target=self._write_jobs, name="kb-trace-writer", daemon=True)
                 thread.start()
                 self._writers.append(thread)
 
     def _write_jobs(self) -> None:
         while (job := self._jobs.get()) is not None:
-            with job.lock:
-                if job.state == "abandoned":
-                    continue
-                job.state = "writing"
             try:
-                with self._sqlite_serialised():
-                    self._ensure_schema()
-                    with Session(self.engine) as session:
-                        session.add(job.row)
-                        session.flush()  # the INSERT: what a locked or hung database holds up
-                        with job.lock:
-                            abandoned = job.state == "abandoned"
-                            if not abandoned:
-                                job.state = "committing"
-                        if abandoned:
-                            session.rollback()  # the lookup already answered trace_recorded = false
-                        else:
-                            session.commit()
-            except Exception as exc:
-                job.error = exc
+                self._write(job)
             finally:
-                job.done.set()
+                self._settle(job)
+
+    def _write(self, job: _Job) -> None:
+        with job.lock:
+            if job.state == "abandoned":
+                return
+            job.state = "writing"
+        try:
+            with self._sqlite_serialised():
+                self._ensure_schema()
+                with Session(self.engine) as session:
+                    session.add(job.row)
+                    session.flush()  # the INSERT: what a locked or hung database holds up
+                    with job.lock:
+                        abandoned = job.state == "abandoned"
+                        if not abandoned:
+                            job.state = "committing"
+                    if abandoned:
+                        session.rollback()  # the caller was already told the row is not recorded
+                    else:
+                        session.commit()
+        except Exception as exc:
+            job.error = exc
+            with job.lock:
+                given_up = job.state == "abandoned"  # whoever gave it up counted it
+            if job.detached and not given_up:  # nobody waits for this row: its loss is reported here
+                self._failed(f"{type(exc).__name__}: {_first_line(exc)}")
 
     def rows(self, limit: int | None = None) -> list[ToolInvocation]:
+        """The rows in the order written; rows this store accepted before the call are waited for (bounded)."""
+        self.flush()
         with self._sqlite_serialised():
             self._ensure_schema()
             with Session(self.engine) as session:
@@ -316,6 +413,8 @@ class TraceStore:
                 return list(session.scalars(stmt))
 
     def count(self) -> int:
+        """How many rows the table holds; rows this store accepted before the call are waited for (bounded)."""
+        self.flush()
         with self._sqlite_serialised():
             self._ensure_schema()
             with Session(self.engine) as session:
@@ -328,23 +427,52 @@ class TraceStore:
         return mask_secrets(self.url)
 
     def close(self) -> None:
-        """Stop the writer threads once idle (a write in progress finishes first) and release the connections."""
+        """Write the queued rows (while the database takes them: a database that takes none for ``timeout_s`` +
+        :data:`WAIT_MARGIN_S` has the rest given up, logged and counted), stop the writer threads once idle and
+        release the connections. A closed store can record again."""
+        self._drain("when the store was closed")
         with self._state_lock:
             for _ in self._writers:
-                self._jobs.put(None)
+                with contextlib.suppress(queue.Full):  # writers stuck on a hung database: daemon threads, left
+                    self._jobs.put_nowait(None)
             self._writers = []
         self.engine.dispose()
 
+    def _drain(self, why: str) -> None:
+        """Wait for the accepted rows while the database keeps taking them; once none has been settled for
+        ``timeout_s`` + :data:`WAIT_MARGIN_S`, give up the rest (logged, counted)."""
+        while True:
+            settled = self._settled
+            if self.flush():
+                return
+            if self._settled == settled:
+                self._give_up_pending(f"{why} (none settled for {self.timeout_s + WAIT_MARGIN_S:g} s)")
+                return
+
 
 class _Job:
-    """One row on its way to the database, and what became of it."""
+    """One row on its way to the database, and what became of it. ``detached``: nobody waits for it, so the writer
+    reports its failure."""
 
-    def __init__(self, row: ToolInvocation) -> None:
+    def __init__(self, row: ToolInvocation, *, detached: bool) -> None:
         self.row = row
+        self.detached = detached
         self.done = threading.Event()
         self.lock = threading.Lock()
         self.state: Literal["queued", "writing", "committing", "abandoned"] = "queued"
         self.error: Exception | None = None
+
+
+_OPEN_STORES: weakref.WeakSet[TraceStore] = weakref.WeakSet()
+
+
+@atexit.register
+def _drain_open_stores() -> None:
+    """At the end of the process (the writers are daemon threads), write the rows every store still holds, or, once
+    its database takes none for ``timeout_s``, give them up, logged and counted: a lookup that returned before its
+    row was written never loses it silently."""
+    for store in list(_OPEN_STORES):
+        store._drain("at the end of the process")
 
 
 def _create_private(path: Path) -> None:

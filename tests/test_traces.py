@@ -37,13 +37,16 @@ def test_postgres_store(postgres_url, sample_lookup):
     _roundtrip(TraceStore(postgres_url), sample_lookup)
 
 
-def test_unavailable_store_does_not_fail_the_lookup(sample_settings, embed_model, tmp_path, caplog):
+@pytest.mark.parametrize("wait", [False, True], ids=["queued", "waited"])
+def test_unavailable_store_does_not_fail_the_lookup(sample_settings, embed_model, tmp_path, caplog, wait):
     from kb_retrieval.engine import KnowledgeLookup
 
-    store = TraceStore("postgresql+psycopg://nobody:secret@127.0.0.1:9/none")
+    store = TraceStore("postgresql+psycopg://nobody:secret@127.0.0.1:9/none", wait=wait)
     lookup = KnowledgeLookup(sample_settings, embed_model=embed_model, trace_store=store)
     result = lookup.lookup(ALERT)
-    assert result.found and result.trace_recorded is False
+    # Queued: accepted, and its loss is counted once the writer fails; waited for: not recorded.
+    assert result.found and result.trace_recorded is (not wait)
+    assert store.flush()
     assert store.failures == 1 and "OperationalError" in (store.last_error or "")
     assert "could not record lookup" in caplog.text and "secret" not in caplog.text
 
@@ -97,10 +100,12 @@ def test_full_query_text_is_the_default(tmp_path, sample_lookup):
 
 
 def test_trace_query_setting_from_environment(monkeypatch):
+    assert TraceStore.from_settings(Settings()).wait is False  # rows are queued unless a lookup must wait for them
     monkeypatch.setenv("KB_TRACE_QUERY", "hash")
     monkeypatch.setenv("KB_TRACE_TIMEOUT_S", "0.7")
+    monkeypatch.setenv("KB_TRACE_WAIT", "true")
     store = TraceStore.from_settings(Settings())
-    assert (store.query_mode, store.timeout_s) == ("hash", 0.7)
+    assert (store.query_mode, store.timeout_s, store.wait) == ("hash", 0.7, True)
 
 
 @pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
@@ -108,7 +113,7 @@ def test_sqlite_trace_file_is_readable_by_its_owner_only(tmp_path, sample_lookup
     old_umask = os.umask(0o022)  # a usual umask, which would give 0644
     try:
         store = TraceStore(f"sqlite:///{tmp_path / 'state' / 'traces.db'}")
-        assert store.record(ALERT, sample_lookup.lookup(ALERT))
+        assert store.record(ALERT, sample_lookup.lookup(ALERT)) and store.flush()  # written under that umask
     finally:
         os.umask(old_umask)
     files = sorted(p.name for p in (tmp_path / "state").iterdir())

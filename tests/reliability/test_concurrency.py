@@ -101,7 +101,7 @@ def test_threads_each_get_their_own_result_and_one_row(
     print(f"\n{backend}+{trace}: {total} lookups in {seconds:.1f} s ({total / seconds:.1f}/s)")
 
     assert problems == [], f"{len(problems)} of {total} calls went wrong, e.g. {problems[:5]}"
-    assert sum(calls.values()) == total and store.failures == 0
+    assert sum(calls.values()) == total and store.flush() and store.failures == 0  # every queued row settled
     rows = _raw_rows(store)
     assert len(rows) == store.count() == total
     per_query: collections.Counter[str] = collections.Counter()
