@@ -41,7 +41,9 @@ logger = logging.getLogger(__name__)
 EXPORT_VERSION = 1
 FP32_MIN_COSINE = 0.9999
 INT8_MIN_COSINE = 0.98
-DEFAULT_THREADS = min(2, os.cpu_count() or 1)
+# One intra-op thread: a query is a single short sequence, and on a shared 2-core machine a second thread (spinning
+# between calls) made it 1.5-3x slower, not faster (alert texts, ~56 tokens: 7-11 ms against 13-23 ms).
+DEFAULT_THREADS = 1
 _INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 _PRECISION_KEY = "kb_retrieval.precision"
 # Fixed probes for the export check: short, typical, punctuation/unicode, and one past the 256-token truncation.
@@ -236,9 +238,11 @@ def _session(path: Path, threads: int) -> Any:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    # Two intra-op threads were measured fastest for one short query; more only adds synchronisation.
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
+    # Threads of a pool sleep between calls instead of spinning: a spinning thread takes a core from the rest of the
+    # lookup (Milvus, the trace writer) and from other processes, which on 2 cores costs more than waking it.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
@@ -264,7 +268,7 @@ def _tokenizer(model_dir: Path) -> Any:
 
 
 def _encode(tokenizer: Any, texts: list[str]) -> dict[str, np.ndarray]:
-    encodings = tokenizer.encode_batch(texts)
+    encodings = [tokenizer.encode(texts[0])] if len(texts) == 1 else tokenizer.encode_batch(texts)
     ids = np.array([e.ids for e in encodings], dtype=np.int64)
     mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
@@ -315,6 +319,9 @@ class OnnxQueryEmbedding(BaseEmbedding):
 
     def _embed(self, texts: Sequence[str]) -> list[list[float]]:
         feed = _encode(self._tokenizer, list(texts))  # padded to the longest; each run slices off what it needs
+        if len(texts) == 1:  # a query: nothing to pad, sort or slice
+            (out,) = self._session.run(["embedding"], {name: feed[name] for name in self._inputs})
+            return [normalise(out)[0].tolist()]
         lengths = feed["attention_mask"].sum(axis=1)
         # Texts of similar length run together, so a short text is not padded to a long neighbour's length.
         order = np.argsort(lengths, kind="stable")

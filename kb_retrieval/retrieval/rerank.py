@@ -152,16 +152,31 @@ class RuleReranker(BaseNodePostprocessor):
             reasons.append(HitReason(kind=HitKind.L0_TITLE_TERMS, detail=f"{coverage:.2f}"))
         if c.title and c.title.lower() in titles:
             add(Boost.L0_TITLE, HitKind.L0_TITLE, c.title)
-        if hit := next((k for k in c.keywords if tuple(words(k)) in keywords), None):
+        if keywords and (hit := next((k for k in c.keywords if tuple(words(k)) in keywords), None)):
             add(Boost.L0_KEYWORD, HitKind.L0_KEYWORD, hit)
-        if hit := next((e for e in c.entities if tuple(words(e)) in entities), None):
+        if entities and (hit := next((e for e in c.entities if tuple(words(e)) in entities), None)):
             add(Boost.L0_ENTITY, HitKind.L0_ENTITY, hit)
         if c.category and c.category.lower() in domains:
             add(Boost.L0_CATEGORY, HitKind.L0_CATEGORY, c.category)
-        crumb = words(c.breadcrumb or "")
-        if hit_phrase := next((p for p in signals if _has_phrase(crumb, p)), None):
+        if hit_phrase := _first_phrase_in(c.breadcrumb or "", signals):
             add(Boost.BREADCRUMB, HitKind.BREADCRUMB_MATCH, " ".join(hit_phrase))
-        body = words(c.content)
-        if hit_phrase := next((p for p in signals if _has_phrase(body, p)), None):
+        if hit_phrase := _first_phrase_in(c.content, signals):
             add(Boost.CONTENT, HitKind.CONTENT_MATCH, " ".join(hit_phrase))
         return applied, reasons
+
+
+def _first_phrase_in(text: str, phrases: list[tuple[str, ...]]) -> tuple[str, ...] | None:
+    """The first of ``phrases`` that occurs in ``text`` word for word, or None.
+
+    Splitting a chunk into words is the costly part, so it is skipped when a substring test already rules every
+    phrase out: exact for ASCII text, where lower-casing works letter by letter (other text is always split).
+    """
+    if not phrases:
+        return None
+    if text.isascii():
+        lowered = text.lower()
+        phrases = [p for p in phrases if all(word in lowered for word in p)]
+        if not phrases:
+            return None
+    text_words = words(text)
+    return next((p for p in phrases if _has_phrase(text_words, p)), None)

@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 from enum import Enum
+from typing import Any
 
 from llama_index.core.schema import NodeWithScore, TextNode
 from pydantic import BaseModel, Field
@@ -120,18 +121,41 @@ def candidate_node(candidate: Candidate, **stage: object) -> NodeWithScore:
     return scored
 
 
+class _StageJSON(dict[str, Any]):
+    """What ``metadata[STAGE_KEY]`` holds: the stage data as JSON, which any LlamaIndex part can read, copy and
+    serialise, plus the typed object it was written from (``typed``), so the next stage of a pipeline reads it back
+    without validating it again. A copy that lost ``typed`` (a JSON round trip) is validated as before."""
+
+    typed: StageData
+
+
 def write_stage(node: NodeWithScore, data: StageData) -> None:
+    """Record ``data`` on the node. Stage data read with :func:`stage_of` and changed is written back with this."""
     inner = node.node
-    inner.metadata[STAGE_KEY] = data.model_dump(mode="json", exclude={"candidate": {"content"}})
+    raw = _StageJSON(data.model_dump(mode="json", exclude=_WITHOUT_CONTENT))
+    raw.typed = data
+    inner.metadata[STAGE_KEY] = raw
     for excluded in (inner.excluded_llm_metadata_keys, inner.excluded_embed_metadata_keys):
         if STAGE_KEY not in excluded:
             excluded.append(STAGE_KEY)
 
 
+_WITHOUT_CONTENT: dict[str, Any] = {"candidate": {"content"}}  # the node's text is the content: not kept twice
+
+
 def stage_of(node: NodeWithScore) -> StageData:
-    """The node's stage data; derived from its metadata and score when it comes from a stock retriever."""
+    """The node's stage data; derived from its metadata and score when it comes from a stock retriever.
+
+    Data this pipeline wrote is returned as written (the same object: change it, then :func:`write_stage` it);
+    its content is the node's text, so a postprocessor that replaced the text is seen.
+    """
     raw = node.node.metadata.get(STAGE_KEY)
     content = node.node.get_content()
+    if isinstance(raw, _StageJSON):
+        typed = raw.typed
+        if typed.candidate.content != content:
+            typed.candidate = typed.candidate.model_copy(update={"content": content})
+        return typed
     if raw is not None:
         data = dict(raw)
         data["candidate"] = {**raw["candidate"], "content": content}
