@@ -231,9 +231,14 @@ def _check_reachable(uri: str, timeout_s: float, settings: Settings) -> None:
 BM25_FUNCTION = "lexical_bm25"
 
 
-def build_schema(settings: Settings, *, full_text: bool = False) -> Any:
+def build_schema(settings: Settings, *, full_text: bool = False, lite: bool = False) -> Any:
     """The chunk collection's schema; ``full_text`` adds the analysed text field, the sparse field and the BM25
-    function between them (Milvus Lite 3.2, Milvus >= 2.5)."""
+    function between them (Milvus Lite 3.2, Milvus >= 2.5).
+
+    On Milvus Lite the analysed text defaults to ``""``: a row written without it (by another writer, such as the
+    bench's filler rows) is stored without BM25 terms instead of failing the write. A server's field has no default
+    (whether Milvus 2.5 takes one on a BM25 input field was not tried here).
+    """
     schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
     schema.add_field(settings.id_field, DataType.VARCHAR, is_primary=True, max_length=VARCHAR_LIMITS["id"])
     schema.add_field(settings.content_field, DataType.VARCHAR, max_length=VARCHAR_LIMITS["content"])
@@ -249,6 +254,7 @@ def build_schema(settings: Settings, *, full_text: bool = False) -> Any:
             max_length=VARCHAR_LIMITS["content"],
             enable_analyzer=True,
             analyzer_params={"type": "standard"},
+            **({"default_value": ""} if lite else {}),
         )
         schema.add_field(settings.sparse_field, DataType.SPARSE_FLOAT_VECTOR)
         schema.add_function(
@@ -361,7 +367,7 @@ def ensure_collection(client: MilvusClient, settings: Settings, *, create: bool 
         index_params.add_index(settings.vector_field, index_type=index_type, metric_type=settings.metric, params=params)
         if full_text:
             index_params.add_index(settings.sparse_field, index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
-        create_collection(client, name, build_schema(settings, full_text=full_text), index_params, settings)
+        create_collection(client, name, build_schema(settings, full_text=full_text, lite=lite), index_params, settings)
     else:
         validate_collection(client, settings)
     client.load_collection(name)

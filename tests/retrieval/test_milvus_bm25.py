@@ -189,6 +189,26 @@ def test_collection_without_full_text_falls_back_and_says_so(tmp_path, embed_mod
     assert again.chunks_embedded == 0
 
 
+def test_a_row_without_analysed_text_is_written_on_lite(tmp_path, embed_model):
+    """Another writer's row (no analysed text) goes in on Lite, found by the dense request, never by BM25."""
+    settings = Settings(state_dir=tmp_path, vector_store_mode="sdk")
+    ingest([SAMPLE_KB / "mysql"], settings, embed_model=embed_model)
+    lookup = KnowledgeLookup(settings, embed_model=embed_model)
+    embedding = embed_query(embed_model, QUERY)
+    row = {
+        settings.id_field: "other-writer-1",
+        settings.content_field: QUERY,
+        settings.vector_field: embedding,
+        settings.metadata_field: {"title": "other"},
+        settings.category_field: "other",
+        settings.source_field: "other.md",
+    }
+    lookup.client.insert(settings.collection, [row])
+    found = lookup.hybrid.search(embedding, QUERY, None)
+    assert found.candidates[0].chunk_id == "other-writer-1" and "other-writer-1" not in found.lexical_scores
+    lookup.close()
+
+
 def test_lexical_off_is_named(sample_settings, embed_model):
     lookup = KnowledgeLookup(sample_settings.model_copy(update={"lexical_enabled": False}), embed_model=embed_model)
     assert lookup.lexical_mode == "off"
