@@ -41,9 +41,10 @@ logger = logging.getLogger(__name__)
 EXPORT_VERSION = 1
 FP32_MIN_COSINE = 0.9999
 INT8_MIN_COSINE = 0.98
-# One intra-op thread: a query is a single short sequence, and on a shared 2-core machine a second thread (spinning
-# between calls) made it 1.5-3x slower, not faster (alert texts, ~56 tokens: 7-11 ms against 13-23 ms).
-DEFAULT_THREADS = 1
+# Two intra-op threads that sleep between calls (see _session). Alert texts (~56 tokens) on this 2-core machine, in a
+# lookup: 6.1-6.7 ms when nearly idle (spinning threads 4.9-6.5, one thread 7.2-7.3) and 10-11 ms alone when other
+# processes load the cores, where a spinning pool took 13-23 ms.
+DEFAULT_THREADS = min(2, os.cpu_count() or 1)
 _INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 _PRECISION_KEY = "kb_retrieval.precision"
 # Fixed probes for the export check: short, typical, punctuation/unicode, and one past the 256-token truncation.
