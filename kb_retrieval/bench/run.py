@@ -21,6 +21,10 @@ from kb_retrieval.config import Settings
 PARTS = ("quality", "speed", "scale")
 #: A Milvus server for the scale part; unset, the bench starts its own (PyPI ``milvus``) and stops it after.
 BENCH_MILVUS_URI_ENV = "KB_BENCH_MILVUS_URI"
+#: The question-style query set of the warm-latency figures (alert texts: runbooks-alerts-dev).
+QUESTIONS_SET = "runbooks-paraphrase-dev.jsonl"
+#: Warm lookup p50 at most this share of the stock dense retriever's, per query set (issue 13).
+LATENCY_TARGETS = {"alerts": 0.5, "questions": 0.4}
 README_START = "<!-- bench:start -->"
 README_END = "<!-- bench:end -->"
 
@@ -41,6 +45,8 @@ def run_bench(shared: Path, out_dir: Path, state_root: Path, *, parts: set[str],
         report.update(previous_figures(previous))
     runbooks = shared / "corpora" / "runbooks"
     queries = [c.query for c in read_cases(shared / "golden" / "runbooks-alerts-dev.jsonl")][:60]
+    # Question-style queries on the same collection: people's wording (questions, symptoms in their own words).
+    questions = [c.query for c in read_cases(shared / "golden" / QUESTIONS_SET)]
     if "quality" in parts:
         for setting in SETTINGS:
             report["quality"][setting.name] = run_setting(setting, shared, state_root, embed_model, _log)
@@ -49,7 +55,9 @@ def run_bench(shared: Path, out_dir: Path, state_root: Path, *, parts: set[str],
         from kb_retrieval.indexing.ingest import ingest
 
         ingest([runbooks], settings, embed_model=embed_model)
-        report["speed"]["warm_latency"] = warm_latency(settings, queries, embed_model)
+        report["speed"]["warm_latency"] = warm_latency(
+            settings, {"alerts": queries, "questions": questions}, embed_model
+        )
         _log(f"[speed] warm latency: {report['speed']['warm_latency']}")
         throughput_dir = state_root / "throughput"
         _remove_tree(throughput_dir)
@@ -152,9 +160,11 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
         ]
         share = min((a for a, _ in no_answer), default=None)
         out["no_answer_mostly_found_false"] = {"min_share": share, "met": share is not None and share > 0.5}
-    latency = (report.get("speed") or {}).get("warm_latency")
-    if latency:
-        out["warm_p50<=0.5x_stock_dense"] = {"ratio": latency["p50_ratio"], "met": latency["p50_ratio"] <= 0.5}
+    latency_sets = warm_latency_sets((report.get("speed") or {}).get("warm_latency"))
+    for name, bound in LATENCY_TARGETS.items():
+        if figures := latency_sets.get(name):
+            ratio = figures["p50_ratio"]
+            out[f"warm_p50<={bound}x_stock_dense_{name}"] = {"ratio": ratio, "met": ratio <= bound}
     throughput = (report.get("speed") or {}).get("ingest_throughput")
     if throughput:
         out["ingest/raw_embedding>=0.85"] = {"ratio": throughput["ratio"], "met": throughput["ratio"] >= 0.85}
@@ -183,16 +193,19 @@ def summary_markdown(report: dict[str, Any]) -> str:
             )
     speed = report.get("speed") or {}
     if latency := speed.get("warm_latency"):
-        lines += [
-            "",
-            f"Warm lookup latency ({latency['queries']} runbook alert queries): lookup_knowledge p50 "
-            f"{latency['lookup_knowledge_ms']['p50']} ms / p95 {latency['lookup_knowledge_ms']['p95']} ms; stock "
-            f"VectorIndexRetriever on the same collection p50 {latency['stock_dense_ms']['p50']} ms / p95 "
-            f"{latency['stock_dense_ms']['p95']} ms; ratio {latency['p50_ratio']}. Queries embedded by "
-            f"{latency.get('query_encoder', 'the embedding model')}; mean ms per stage: "
-            + ", ".join(f"{k} {v}" for k, v in latency["stage_mean_ms"].items())
-            + ".",
-        ]
+        encoder = latency.get("query_encoder", "the embedding model")
+        lines.append("")
+        for name, figures in warm_latency_sets(latency).items():
+            lines.append(
+                f"Warm lookup latency, {LATENCY_SET_WORDS.get(name, name)} ({figures['queries']} lookups"
+                + (f" of {figures['distinct_queries']} distinct queries" if "distinct_queries" in figures else "")
+                + f"): lookup_knowledge p50 {figures['lookup_knowledge_ms']['p50']} ms / p95 "
+                f"{figures['lookup_knowledge_ms']['p95']} ms; stock VectorIndexRetriever on the same collection p50 "
+                f"{figures['stock_dense_ms']['p50']} ms / p95 {figures['stock_dense_ms']['p95']} ms; ratio "
+                f"{figures['p50_ratio']}. Queries embedded by {encoder}; mean ms per stage: "
+                + ", ".join(f"{k} {v}" for k, v in figures["stage_mean_ms"].items())
+                + "."
+            )
     if throughput := speed.get("ingest_throughput"):
         lines.append(
             f"Ingest {throughput['ingest_chunks_per_s']} chunks/s vs raw embedding "
@@ -212,6 +225,22 @@ def summary_markdown(report: dict[str, Any]) -> str:
             + ".",
         ]
     return "\n".join(lines)
+
+
+#: How the summary names each warm-latency query set.
+LATENCY_SET_WORDS = {
+    "alerts": "runbook alert texts (runbooks-alerts-dev)",
+    "questions": f"question-style queries ({QUESTIONS_SET.removesuffix('.jsonl')})",
+}
+
+
+def warm_latency_sets(latency: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """The warm-latency figures per query set; a report written before there were sets holds alert texts only."""
+    if not latency:
+        return {}
+    if "p50_ratio" in latency:
+        return {"alerts": latency}
+    return {name: latency[name] for name in (*LATENCY_TARGETS, *latency) if isinstance(latency.get(name), dict)}
 
 
 def server_scale_markdown(server: dict[str, Any], lite: list[dict[str, Any]]) -> str:
