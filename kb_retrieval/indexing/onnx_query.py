@@ -41,9 +41,9 @@ logger = logging.getLogger(__name__)
 EXPORT_VERSION = 1
 FP32_MIN_COSINE = 0.9999
 INT8_MIN_COSINE = 0.98
-# Two intra-op threads that sleep between calls (see _session). Alert texts (~56 tokens) on this 2-core machine, in a
-# lookup: 6.1-6.7 ms when nearly idle (spinning threads 4.9-6.5, one thread 7.2-7.3) and 10-11 ms alone when other
-# processes load the cores, where a spinning pool took 13-23 ms.
+# Two intra-op threads, spinning only while a query runs (see _session). Alert texts (~56 tokens) on this 2-core
+# machine, in a lookup: 5.4-6.4 ms nearly idle (never spinning 6.4-6.5, one thread 7.2-7.3); with other processes
+# loading the cores a pool left spinning between calls took 13-23 ms where one thread took 7-11.
 DEFAULT_THREADS = min(2, os.cpu_count() or 1)
 _INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")
 _PRECISION_KEY = "kb_retrieval.precision"
@@ -241,9 +241,10 @@ def _session(path: Path, threads: int) -> Any:
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
-    # Threads of a pool sleep between calls instead of spinning: a spinning thread takes a core from the rest of the
-    # lookup (Milvus, the trace writer) and from other processes, which on 2 cores costs more than waking it.
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # The pool's threads spin between the operators of one query (waking a sleeping thread per operator costs ~1 ms
+    # a query) but stop when the query is done: a thread spinning between queries takes a core from the rest of the
+    # lookup (Milvus, the trace writer) and from other processes.
+    options.add_session_config_entry("session.force_spinning_stop", "1")
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
