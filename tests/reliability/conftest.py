@@ -197,10 +197,12 @@ class SearchRecord:
     category: str | None
     ids: list[str] | None
     candidates: list[Candidate]
+    kind: str = "dense"  # "dense": a dense search; "hybrid": one hybrid_search (its raw union of every request)
 
 
 class SearchSpy:
-    """Wraps ``lookup.dense.search``: every L1 search of a lookup, per thread (the calls of one lookup)."""
+    """Wraps ``lookup.dense.search`` and ``lookup.dense.hybrid_search``: every L1 search of a lookup, per thread
+    (the calls of one lookup)."""
 
     def __init__(self, lookup: KnowledgeLookup) -> None:
         self._local = threading.local()
@@ -219,7 +221,18 @@ class SearchSpy:
                 self.all.append(record)
             return result
 
+        real_hybrid = retriever.hybrid_search
+
+        def hybrid_search(embedding: list[float], terms: str, category: str | None = None, **kwargs: Any) -> L1Search:
+            result = real_hybrid(embedding, terms, category, **kwargs)
+            record = SearchRecord(category, kwargs.get("ids"), list(result.candidates), kind="hybrid")
+            self.current.append(record)
+            with self._lock:
+                self.all.append(record)
+            return result
+
         retriever.search = search  # type: ignore[method-assign]
+        retriever.hybrid_search = hybrid_search  # type: ignore[method-assign]
 
     @property
     def current(self) -> list[SearchRecord]:
