@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kb_retrieval.retrieval.deadline import MIN_CALL_S, DeadlineExceededError
-from kb_retrieval.retrieval.l1.base import L1Search, VectorPath
+from kb_retrieval.retrieval.l1.base import HybridRequest, L1Search, VectorPath
 
 log = logging.getLogger(__name__)
 
@@ -32,23 +32,10 @@ class AutoPath:
     ) -> L1Search:
         return self._serve(lambda path, left: path.search(embedding, top_k, filter_expr, left), timeout)
 
-    def hybrid_search(
-        self,
-        embedding: list[float],
-        terms: str,
-        top_k: int,
-        lexical_top_k: int,
-        filter_expr: str | None,
-        timeout: float | None = None,
-        ids_filter: str | None = None,
-        ids_count: int = 0,
-    ) -> L1Search:
+    def hybrid_search(self, request: HybridRequest, timeout: float | None = None) -> L1Search:
         """The hybrid search on the preferred path, else on the fallback (both must have it: ``supports_hybrid``)."""
 
-        def call(path: Any, left: float | None) -> L1Search:
-            return path.hybrid_search(embedding, terms, top_k, lexical_top_k, filter_expr, left, ids_filter, ids_count)
-
-        return self._serve(call, timeout)
+        return self._serve(lambda path, left: path.hybrid_search(request, left), timeout)
 
     def _serve(self, call: Callable[[Any, float | None], L1Search], timeout: float | None) -> L1Search:
         started = time.monotonic()

@@ -23,6 +23,22 @@ class L1Search:
     bm25: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class HybridRequest:
+    """What one ``hybrid_search`` asks for: the top ``top_k`` chunks by the dense metric and the top ``lexical_top_k``
+    by BM25 over ``terms`` (an analysed query; no BM25 request when empty), both under ``filter_expr``, and, with
+    ``ids_filter`` (``filter_expr`` and an id list of ``ids_count`` chunks: the exact-identifier candidates), those
+    chunks by a dense request restricted to them."""
+
+    embedding: list[float]
+    terms: str
+    top_k: int
+    lexical_top_k: int
+    filter_expr: str | None
+    ids_filter: str | None = None
+    ids_count: int = 0
+
+
 class VectorPath(Protocol):
     name: str
 
@@ -37,17 +53,7 @@ class HybridPath(VectorPath, Protocol):
     """A path that can also send the dense and the BM25 request in one ``hybrid_search`` call
     (:mod:`kb_retrieval.retrieval.l1.full_text`). Paths without ``hybrid_search`` serve the in-process BM25 mode."""
 
-    def hybrid_search(
-        self,
-        embedding: list[float],
-        terms: str,
-        top_k: int,
-        lexical_top_k: int,
-        filter_expr: str | None,
-        timeout: float | None = None,
-        ids_filter: str | None = None,
-        ids_count: int = 0,
-    ) -> L1Search: ...
+    def hybrid_search(self, request: HybridRequest, timeout: float | None = None) -> L1Search: ...
 
 
 def supports_hybrid(path: object) -> bool:

@@ -16,7 +16,8 @@ A fused score (RRF or weighted) is neither a cosine nor a BM25 score, so none is
   a dense request returned. BM25 scores of real hits are positive, so a positive fused score means a BM25 hit.
 
 Example:
-    >>> hits = milvus_hybrid_search(client, settings, vec, "redi memori", 20, 20, None, 5.0, "sdk")  # doctest: +SKIP
+    >>> request = HybridRequest(vec, "redi memori", top_k=20, lexical_top_k=20, filter_expr=None)  # doctest: +SKIP
+    >>> hits = milvus_hybrid_search(client, settings, request, 5.0, "sdk")  # doctest: +SKIP
     >>> hits.bm25  # doctest: +SKIP
     {'3f2a...': 4.81, ...}
 """
@@ -30,7 +31,7 @@ from pymilvus import AnnSearchRequest, MilvusClient, WeightedRanker
 
 from kb_retrieval.config import Settings
 from kb_retrieval.indexing.milvus import search_params
-from kb_retrieval.retrieval.l1.base import L1Search, PathName, output_fields, to_candidate
+from kb_retrieval.retrieval.l1.base import HybridRequest, L1Search, PathName, output_fields, to_candidate
 
 
 def dense_scores(query: np.ndarray, vectors: Any, metric: str) -> np.ndarray:
@@ -63,42 +64,30 @@ def dense_score(query: np.ndarray, vector: Any, metric: str) -> float:
 
 
 def milvus_hybrid_search(
-    client: MilvusClient,
-    settings: Settings,
-    embedding: list[float],
-    terms: str,
-    top_k: int,
-    lexical_top_k: int,
-    filter_expr: str | None,
-    timeout: float | None,
-    path: PathName,
-    ids_filter: str | None = None,
-    ids_count: int = 0,
+    client: MilvusClient, settings: Settings, request: HybridRequest, timeout: float | None, path: PathName
 ) -> L1Search:
-    """One ``hybrid_search``: the top ``top_k`` chunks by the dense metric, the top ``lexical_top_k`` by BM25 over
-    ``terms`` (an analysed query, :func:`kb_retrieval.retrieval.lexical.analysed_text`; no BM25 request when it is
-    empty), all under ``filter_expr``, and, with ``ids_filter`` (``filter_expr`` and an id list of ``ids_count`` chunks:
-    the exact-identifier candidates), those chunks by a dense request restricted to them.
+    """One ``hybrid_search`` for ``request`` (:class:`~kb_retrieval.retrieval.l1.base.HybridRequest`; its ``terms`` an
+    analysed query, :func:`kb_retrieval.retrieval.lexical.analysed_text`).
 
     Returns every hit of any request as a candidate with its dense score, and ``bm25`` with the raw BM25 score of
     each BM25 hit. Candidates come in Milvus' order (BM25 hits first); the caller orders them.
     """
-    expr = filter_expr or ""
-    requests = [_dense_request(settings, embedding, top_k, expr)]
+    embedding, terms, expr = request.embedding, request.terms, request.filter_expr or ""
+    requests = [_dense_request(settings, embedding, request.top_k, expr)]
     weights = [0.0]
-    if terms and lexical_top_k > 0:
+    if terms and request.lexical_top_k > 0:
         requests.append(
             AnnSearchRequest(
                 data=[terms],
                 anns_field=settings.sparse_field,
                 param={"metric_type": "BM25"},
-                limit=lexical_top_k,
+                limit=request.lexical_top_k,
                 expr=expr,
             )
         )
         weights.append(1.0)
-    if ids_filter and ids_count > 0:
-        requests.append(_dense_request(settings, embedding, ids_count, ids_filter))
+    if request.ids_filter and request.ids_count > 0:
+        requests.append(_dense_request(settings, embedding, request.ids_count, request.ids_filter))
         weights.append(0.0)
     hits = client.hybrid_search(
         settings.collection,

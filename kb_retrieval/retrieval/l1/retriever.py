@@ -18,7 +18,7 @@ from kb_retrieval.config import Settings
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.retrieval.filters import equals_expr, in_expr
 from kb_retrieval.retrieval.l1.auto import AutoPath
-from kb_retrieval.retrieval.l1.base import L1Search, VectorPath
+from kb_retrieval.retrieval.l1.base import HybridRequest, L1Search, VectorPath
 from kb_retrieval.retrieval.l1.sdk import SdkPath
 from kb_retrieval.retrieval.l1.vectorstore import VectorStorePath
 from kb_retrieval.retrieval.stage import candidate_node
@@ -82,12 +82,17 @@ class L1Retriever(BaseRetriever):
         """Dense (``top_k``) and BM25 (``lexical_top_k``) in one Milvus call, both under the category filter, and
         ``ids`` (the exact-identifier candidates) by a dense request restricted to them in the same call; the path must
         support it (:func:`~kb_retrieval.retrieval.l1.base.supports_hybrid`)."""
-        s = self.settings
-        path: Any = self.path
-        ids_filter = self.filter_expr(category, ids) if ids else None
-        return path.hybrid_search(
-            embedding, terms, s.top_k, s.lexical_top_k, self.filter_expr(category), timeout, ids_filter, len(ids or [])
+        request = HybridRequest(
+            embedding,
+            terms,
+            self.settings.top_k,
+            self.settings.lexical_top_k,
+            self.filter_expr(category),
+            ids_filter=self.filter_expr(category, ids) if ids else None,
+            ids_count=len(ids or []),
         )
+        path: Any = self.path
+        return path.hybrid_search(request, timeout)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         embedding = query_bundle.embedding or embed_query(self.embed_model, query_bundle.query_str)

@@ -12,7 +12,7 @@ from pymilvus import MilvusClient
 
 from kb_retrieval.config import Settings
 from kb_retrieval.indexing.milvus import search_params
-from kb_retrieval.retrieval.l1.base import L1Search, one_version_per_source, output_fields, to_candidate
+from kb_retrieval.retrieval.l1.base import HybridRequest, L1Search, one_version_per_source, output_fields, to_candidate
 from kb_retrieval.retrieval.l1.full_text import milvus_hybrid_search
 
 dispatcher = get_dispatcher(__name__)
@@ -56,28 +56,6 @@ class SdkPath:
         return L1Search(candidates=one_version_per_source(candidates), path="sdk")
 
     @dispatcher.span
-    def hybrid_search(
-        self,
-        embedding: list[float],
-        terms: str,
-        top_k: int,
-        lexical_top_k: int,
-        filter_expr: str | None,
-        timeout: float | None = None,
-        ids_filter: str | None = None,
-        ids_count: int = 0,
-    ) -> L1Search:
+    def hybrid_search(self, request: HybridRequest, timeout: float | None = None) -> L1Search:
         """Dense and BM25 in one ``MilvusClient.hybrid_search`` call (scores: :mod:`.full_text`)."""
-        return milvus_hybrid_search(
-            self.client,
-            self.settings,
-            embedding,
-            terms,
-            top_k,
-            lexical_top_k,
-            filter_expr,
-            timeout,
-            "sdk",
-            ids_filter,
-            ids_count,
-        )
+        return milvus_hybrid_search(self.client, self.settings, request, timeout, "sdk")

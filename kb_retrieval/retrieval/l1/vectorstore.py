@@ -22,7 +22,7 @@ from llama_index.vector_stores.milvus.base import IndexManagement
 
 from kb_retrieval.config import Settings
 from kb_retrieval.indexing.milvus import client_options
-from kb_retrieval.retrieval.l1.base import L1Search, one_version_per_source, output_fields, to_candidate
+from kb_retrieval.retrieval.l1.base import HybridRequest, L1Search, one_version_per_source, output_fields, to_candidate
 from kb_retrieval.retrieval.l1.full_text import milvus_hybrid_search
 
 dispatcher = get_dispatcher(__name__)
@@ -105,32 +105,10 @@ class VectorStorePath:
         return L1Search(candidates=one_version_per_source(candidates), path="vectorstore")
 
     @dispatcher.span
-    def hybrid_search(
-        self,
-        embedding: list[float],
-        terms: str,
-        top_k: int,
-        lexical_top_k: int,
-        filter_expr: str | None,
-        timeout: float | None = None,
-        ids_filter: str | None = None,
-        ids_count: int = 0,
-    ) -> L1Search:
+    def hybrid_search(self, request: HybridRequest, timeout: float | None = None) -> L1Search:
         """Dense and BM25 in one ``hybrid_search`` call on the store's own client.
 
         Not through ``MilvusVectorStore.query``: its HYBRID mode returns only fused scores (neither cosine nor BM25)
         and its TEXT_SEARCH mode fails on Milvus Lite; the request and the scores are :mod:`.full_text`'s.
         """
-        return milvus_hybrid_search(
-            self.store.client,
-            self.settings,
-            embedding,
-            terms,
-            top_k,
-            lexical_top_k,
-            filter_expr,
-            timeout,
-            "vectorstore",
-            ids_filter,
-            ids_count,
-        )
+        return milvus_hybrid_search(self.store.client, self.settings, request, timeout, "vectorstore")
