@@ -31,6 +31,7 @@ from pymilvus import MilvusClient
 
 from kb_retrieval.beside import BesideRun, BesideRunner, disabled_entry, load_runner
 from kb_retrieval.config import KBSettings
+from kb_retrieval.indexing.doc_vectors import DocumentVectors
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.indexing.index_version import index_version
 from kb_retrieval.indexing.l0_index import L0Index
@@ -43,6 +44,7 @@ from kb_retrieval.retrieval.attempts import AttemptRunner, L1Outcome
 from kb_retrieval.retrieval.context_pack import pack_context
 from kb_retrieval.retrieval.deadline import Deadline
 from kb_retrieval.retrieval.dedupe import SourceDeduplicator
+from kb_retrieval.retrieval.doc_rank import DocumentRanker
 from kb_retrieval.retrieval.exact import ExactIdentifierIndex
 from kb_retrieval.retrieval.expand import DocumentExpander, SectionStore
 from kb_retrieval.retrieval.hybrid import HybridRetriever, LookupQuery, choose_lexical_mode
@@ -117,7 +119,8 @@ class KnowledgeLookup:
             self.beside = load_runner(self.settings.sidecar_factory, self.settings, self.embed_model)
 
     def _load_state(self) -> None:
-        """Read the retrieval state kept in Milvus (the L0 index, the BM25 corpus) and assemble the parts.
+        """Read the retrieval state kept in Milvus (the L0 index, the document vectors, the BM25 corpus) and assemble
+        the parts.
 
         Everything is read before anything is replaced: a read that fails leaves the previous state whole.
         """
@@ -132,8 +135,11 @@ class KnowledgeLookup:
         # In milvus_bm25 mode Milvus keeps BM25 (always as fresh as the collection); the scan serves the exact index.
         needs_scan = self.lexical_mode == "in_process_bm25" or scoring.exact_match_max_df > 0
         lexical, exact = self._build_lexical() if needs_scan else (None, None)
+        doc_vectors = (
+            DocumentVectors.load_from_milvus(self.client, self.settings) if self.settings.document_ranking else None
+        )
         self.index_version, self.l0_off_reason = index.index_version, index.off_reason
-        self.l0, self.lexical, self.exact = l0, lexical, exact
+        self.l0, self.lexical, self.exact, self.doc_vectors = l0, lexical, exact, doc_vectors
         self._checked_at = time.monotonic()
         if not hasattr(self, "attempts"):
             self._assemble()
@@ -144,6 +150,8 @@ class KnowledgeLookup:
         for postprocessor in self.postprocessors:
             if isinstance(postprocessor, RuleReranker):
                 postprocessor.l0 = l0
+            elif isinstance(postprocessor, DocumentRanker):
+                postprocessor.vectors = doc_vectors
 
     def refresh(self, *, force: bool = False) -> bool:
         """Reload the L0 index and BM25 when another process's ingest changed the index version (checked at most
@@ -158,7 +166,7 @@ class KnowledgeLookup:
                 # '' is also what an unreadable meta collection gives: not a reason to drop a state we have.
                 if not force and (current == self.index_version or (not current and self.index_version)):
                     return False
-                log.info("index version changed (%s -> %s): reloading L0 and BM25", self.index_version, current)
+                log.info("index version changed (%s -> %s): reloading the retrieval state", self.index_version, current)
                 self._load_state()
             except Exception as exc:
                 log.warning("refreshing the retrieval state failed (kept the previous one): %s", exc)
@@ -182,6 +190,11 @@ class KnowledgeLookup:
                 focus_weight=s.doc_focus_weight,
                 focus_saturation=s.scoring.focus_saturation,
                 focus_padding=s.scoring.focus_padding,
+            ),
+            *(
+                [DocumentRanker(weights=s.scoring.ranking_weights(), vectors=self.doc_vectors)]
+                if s.document_ranking
+                else []
             ),
             DocumentExpander(sections=self.sections, max_documents=s.max_evidence_blocks if s.expand_documents else 0),
         ]
@@ -237,6 +250,8 @@ class KnowledgeLookup:
             transform = transform_query(query, l0, self.settings.max_query_chars)
             if self.l0_off_reason:
                 transform.notes.append(f"L0 off: {self.l0_off_reason}")
+            if self.doc_vectors is not None and self.doc_vectors.off_reason:
+                transform.notes.append(f"document ranking off: {self.doc_vectors.off_reason}")
             for feature, reason in self.features_off.items():
                 transform.notes.append(f"{feature} off: {reason}")
             if "category_filter" in self.features_off and transform.category_filter:

@@ -159,6 +159,10 @@ class RerankEntry(Contract):
     breadcrumb: str | None = None
     base_score: float
     boosts: dict[str, float] = Field(default_factory=dict)
+    ranking: dict[str, float] = Field(
+        default_factory=dict,
+        description="When documents were ranked as wholes: each weighted signal; they sum to final_score.",
+    )
     final_score: float
 
 

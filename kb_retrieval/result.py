@@ -102,6 +102,7 @@ def rerank_trace(selected: AttemptResult | None) -> RerankTrace:
                 breadcrumb=stage.candidate.breadcrumb,
                 base_score=record.base_score if record else stage.candidate.similarity,
                 boosts=dict(record.boosts) if record else {},
+                ranking=dict(record.ranking) if record else {},
                 final_score=round(float(node.score or 0.0), 6),
             )
         )

@@ -48,6 +48,8 @@ def test_a_collection_written_by_stock_milvus_vector_store_answers(tmp_path: Pat
         assert lookup.lexical_mode == "in_process_bm25"
         notes = result.query_transform.notes
         assert any(n.startswith("L0 off:") for n in notes) and any(n.startswith("category_filter off") for n in notes)
+        assert any(n.startswith("document ranking off:") and "'stock_docs'" in n for n in notes)
+        assert not result.rerank_trace.entries[0].ranking  # ranked by the rule reranker's score, as before
         row = lookup.traces.rows()[-1]
         assert "category_filter off" in " ".join(row.retrieval_details["query_transform"]["notes"])
         lookup.close()
@@ -76,4 +78,5 @@ def test_a_long_lived_lookup_sees_a_later_ingest(tmp_path: Path, embed_model) ->
     assert "ZorkQuuxSpindleJammed" in after.query_transform.hints.matched_keywords  # L0 reloaded
     assert after.found and after.evidence_blocks[0].source == "frobnicator/spindle-jammed.md"
     assert any(r.startswith("lexical_bm25") for r in after.evidence_blocks[0].hit_reasons)  # BM25 reloaded
+    assert any(r.startswith("l1_document") for r in after.evidence_blocks[0].hit_reasons)  # document vectors too
     lookup.close()

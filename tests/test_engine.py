@@ -333,7 +333,16 @@ def test_rerank_trace_records_contributions(sample_lookup):
     top = entries[0]
     assert top.source == result.evidence_blocks[0].source
     assert top.boosts.get("l0_keyword", 0) > 0
-    assert top.final_score == pytest.approx(top.base_score + sum(top.boosts.values()), abs=1e-5)
+    # Documents are ranked as wholes: the weighted signals sum to the final score, the boosts among them.
+    assert {"doc_title", "doc_summary", "doc_text", "l0"} <= set(top.ranking)
+    l0_boosts = sum(v for k, v in top.boosts.items() if k.startswith("l0_") or k in ("breadcrumb", "content"))
+    assert top.ranking["l0"] == pytest.approx(sample_lookup.settings.scoring.rank_l0 * l0_boosts, abs=1e-5)
+    assert top.final_score == pytest.approx(sum(top.ranking.values()), abs=1e-5)
+    assert any(r.startswith("l1_document:title ") for r in result.evidence_blocks[0].hit_reasons)
+    # Off, the rule reranker's score ranks them: the best chunk's similarity plus its boosts.
+    plain = sample_lookup.with_settings(document_ranking=False).lookup(ALERT).rerank_trace.entries[0]
+    assert not plain.ranking
+    assert plain.final_score == pytest.approx(plain.base_score + sum(plain.boosts.values()), abs=1e-5)
 
 
 def test_empty_query_is_a_clear_error(sample_lookup):

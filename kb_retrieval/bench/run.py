@@ -112,7 +112,7 @@ def run_server_scale(runbooks: Path, state_root: Path, queries: list[str], embed
     if uri:
         settings = Settings(milvus_uri=uri)
         client = MilvusClient(uri=uri, token=settings.milvus_token.get_secret_value())
-        for name in ("kb_bench_scale", "kb_bench_scale_l0", "kb_bench_scale_meta"):
+        for name in ("kb_bench_scale", "kb_bench_scale_l0", "kb_bench_scale_docs", "kb_bench_scale_meta"):
             if client.has_collection(name):
                 client.drop_collection(name)
         figures = server_scale(runbooks, state_dir, queries, embed_model, uri, log=_log)

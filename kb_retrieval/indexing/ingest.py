@@ -5,7 +5,8 @@ document's content hash, and chunk ids derive from (source, content hash, positi
 folder embeds and writes nothing, an edited document's new chunks are written before its old ones are deleted (a
 reader sees the old or the new version, never a half), and a run killed at any point converges on the next run.
 The L0 index is written the same way, one row per document in the companion collection ``<collection>_l0``
-(:mod:`kb_retrieval.indexing.l0_index`), and every run that wrote anything publishes a new index version
+(:mod:`kb_retrieval.indexing.l0_index`), and so are the document vectors, in ``<collection>_docs``
+(:mod:`kb_retrieval.indexing.doc_vectors`); every run that wrote anything publishes a new index version
 (:mod:`kb_retrieval.indexing.index_version`) for long-lived readers.
 
 Example:
@@ -28,6 +29,7 @@ from pydantic import BaseModel, Field
 from tqdm import tqdm
 
 from kb_retrieval.config import Settings
+from kb_retrieval.indexing.doc_vectors import ensure_doc_vectors_collection, write_doc_vectors
 from kb_retrieval.indexing.embeddings import embed_texts, load_embed_model
 from kb_retrieval.indexing.index_version import ensure_meta_collection, publish_version
 from kb_retrieval.indexing.l0_index import L0Index, ensure_l0_collection, l0_content_hash, write_l0
@@ -123,6 +125,7 @@ def ingest(
     ensure_collection(client, settings)
     # The companions exist before any chunk is written: a collection with chunks always has its L0 index.
     ensure_l0_collection(client, settings)
+    ensure_doc_vectors_collection(client, settings)
     ensure_meta_collection(client, settings)
     existing = _existing_rows(client, settings)
     plans, removed = _plan(kbs, existing, settings)
@@ -154,6 +157,10 @@ def ingest(
     # index version after every write, then the local copy of the L0 index.
     chunk_ids = {plan.doc.source_id: [c.chunk_id for c in plan.chunks] for plan in plans}
     wrote = write_l0(client, settings, kbs, chunk_ids) > 0 or wrote
+    doc_rows, doc_seconds = write_doc_vectors(
+        client, settings, kbs, model, lambda: load_embed_model(settings.embed_model, settings.embed_batch_size)
+    )
+    wrote = doc_rows > 0 or wrote
     publish_version(client, settings, content=l0_content_hash(client, settings), wrote=wrote)
     L0Index.load_from_milvus(client, settings).save(settings.l0_index_path())
 
@@ -165,7 +172,7 @@ def ingest(
     summary.documents_removed = len(removed)
     summary.chunks_removed = sum(len(ids) for ids in removed.values())
     summary.chunks_embedded = writer.embedded
-    summary.embed_seconds = round(writer.embed_seconds, 3)
+    summary.embed_seconds = round(writer.embed_seconds + doc_seconds, 3)
     summary.seconds = round(time.perf_counter() - started, 3)
     return summary
 

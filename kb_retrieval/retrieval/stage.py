@@ -29,6 +29,7 @@ class HitKind(str, Enum):
     """Why a block was chosen. The value is the prefix of the hit reason the agent reads."""
 
     L1_SEMANTIC = "l1_semantic"
+    L1_DOCUMENT = "l1_document"
     L0_TITLE_TERMS = "l0_title_terms"
     L0_TITLE = "l0_title"
     L0_KEYWORD = "l0_keyword"
@@ -90,6 +91,9 @@ class RerankRecord(BaseModel):
     evidence_score: float
     boosts: dict[str, float] = Field(default_factory=dict)
     hit_reasons: list[HitReason] = Field(default_factory=list)
+    ranking: dict[str, float] = Field(
+        default_factory=dict, description="The document ranker's weighted signals (they sum to the node's score)."
+    )
 
     def kinds(self) -> set[HitKind]:
         return {r.kind for r in self.hit_reasons}

@@ -1,0 +1,210 @@
+"""Document vectors: three per document, stored in Milvus beside the chunks, for ranking documents as wholes.
+
+A chunk vector says how well one section matches; a question in an engineer's own words ("two of our three
+Alertmanager replicas stopped overnight") often matches a runbook as a whole better than any one of its sections,
+and sibling runbooks differ mostly in their titles. So every document also gets
+
+- a **title** vector: the title, CamelCase split (``KubeQuotaAlmostFull`` -> "Kube Quota Almost Full");
+- a **summary** vector: the title, then the first 60 words of the document's opening section (a runbook's Meaning);
+- a **text** vector: the title, then the whole body (the model reads its first 256 word pieces).
+
+Ingest writes one row per document into the companion collection ``<collection>_docs`` the way it writes the L0
+index (:mod:`kb_retrieval.indexing.l0_index`): keyed by source, only what changed, only rows of the folders it
+ingests deleted. A lookup holds them in memory (a few KB per document) and the
+:class:`~kb_retrieval.retrieval.doc_rank.DocumentRanker` turns them into document similarities for the candidates.
+
+Example:
+    >>> vectors = DocumentVectors.load_from_milvus(connect(settings), settings)  # doctest: +SKIP
+    >>> vectors.similarities([0.1] * 384, ["runbooks/KubePodCrashLooping.md"])  # doctest: +SKIP
+    {'runbooks/KubePodCrashLooping.md': (0.61, 0.58, 0.55)}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from pymilvus import DataType, MilvusClient
+
+from kb_retrieval.config import Settings
+from kb_retrieval.indexing.embeddings import embed_texts, normalise
+from kb_retrieval.indexing.milvus import VARCHAR_LIMITS, create_collection, iter_rows
+from kb_retrieval.knowledge.loader import KbDocument, LoadedKnowledgeBase
+from kb_retrieval.knowledge.text import heading, is_fence
+
+#: Suffix of the companion collection holding the document vectors of ``<collection>``.
+DOC_VECTORS_SUFFIX = "_docs"
+#: How a document becomes its three texts; a change re-embeds every document on the next ingest.
+DOC_VECTORS_VERSION = 1
+#: The three vectors of a document, in this order everywhere (fields, arrays, similarities).
+KINDS = ("title", "summary", "text")
+FIELDS = tuple(f"{kind}_vector" for kind in KINDS)
+SUMMARY_WORDS = 60
+WRITE_BATCH = 200
+_KB_MAX_BYTES = 4096
+_CAMEL_WORD = re.compile(r"\b[A-Za-z]*[a-z][A-Z][A-Za-z0-9]*\b")
+_CAMEL_PART = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+
+
+def readable_title(title: str) -> str:
+    """CamelCase words split into capitalised words: ``KubeQuotaAlmostFull`` -> ``Kube Quota Almost Full``."""
+    return _CAMEL_WORD.sub(
+        lambda m: " ".join(p.capitalize() if p.islower() else p for p in _CAMEL_PART.findall(m.group(0))), title
+    )
+
+
+def opening_words(body: str, limit: int = SUMMARY_WORDS) -> str:
+    """The first ``limit`` words of the first section that has prose (headings and code blocks skipped)."""
+    found: list[str] = []
+    fenced = False
+    for line in body.splitlines():
+        if is_fence(line):
+            fenced = not fenced
+            continue
+        if fenced:
+            continue
+        if heading(line):
+            if found:
+                break
+            continue
+        found.extend(line.split())
+        if len(found) >= limit:
+            break
+    return " ".join(found[:limit])
+
+
+def document_texts(doc: KbDocument) -> tuple[str, str, str]:
+    """The title, summary and text a document's three vectors are embedded from (see the module doc)."""
+    title = readable_title(doc.title)
+    return title, f"{title}: {opening_words(doc.body)}", f"{doc.title}\n{doc.body}"
+
+
+def doc_vectors_collection_name(settings: Settings) -> str:
+    return settings.collection + DOC_VECTORS_SUFFIX
+
+
+def _row_hash(doc: KbDocument, settings: Settings) -> str:
+    digest = json.dumps([DOC_VECTORS_VERSION, settings.embed_model, doc.content_hash], ensure_ascii=False)
+    return hashlib.sha256(digest.encode()).hexdigest()
+
+
+def ensure_doc_vectors_collection(client: MilvusClient, settings: Settings) -> str:
+    """Create the companion collection when missing, and load it; returns its name."""
+    name = doc_vectors_collection_name(settings)
+    if not client.has_collection(name):
+        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field("source", DataType.VARCHAR, is_primary=True, max_length=VARCHAR_LIMITS["source"])
+        schema.add_field("kb", DataType.VARCHAR, max_length=_KB_MAX_BYTES)
+        schema.add_field("row_hash", DataType.VARCHAR, max_length=64)
+        index_params = client.prepare_index_params()
+        for field in FIELDS:
+            schema.add_field(field, DataType.FLOAT_VECTOR, dim=settings.dim)
+            index_params.add_index(field, index_type="FLAT", metric_type="COSINE")
+        create_collection(client, name, schema, index_params, settings)
+    client.load_collection(name)
+    return name
+
+
+def write_doc_vectors(
+    client: MilvusClient,
+    settings: Settings,
+    kbs: Sequence[LoadedKnowledgeBase],
+    model: BaseEmbedding | None,
+    load_model: Any,
+) -> tuple[int, float]:
+    """Make the companion rows of each KB folder exactly its documents; returns (rows written + deleted, seconds
+    spent embedding). Convergent like the L0 index: a row is embedded and upserted only when its hash (document
+    content, embedding model, :data:`DOC_VECTORS_VERSION`) differs; ``load_model`` is called only then."""
+    import time
+
+    name = ensure_doc_vectors_collection(client, settings)
+    existing = {
+        row["source"]: row for row in iter_rows(client, settings, ["source", "kb", "row_hash"], collection=name)
+    }
+    todo: list[tuple[KbDocument, str, str]] = []
+    deletes: list[str] = []
+    for kb in kbs:
+        current = {doc.source_id for doc in kb.documents}
+        for doc in kb.documents:
+            row_hash = _row_hash(doc, settings)
+            if existing.get(doc.source_id, {}).get("row_hash") != row_hash:
+                todo.append((doc, kb.kb_id, row_hash))
+        deletes += sorted(s for s, row in existing.items() if row["kb"] == kb.kb_id and s not in current)
+    seconds = 0.0
+    for start in range(0, len(todo), WRITE_BATCH):
+        batch = todo[start : start + WRITE_BATCH]
+        model = model or load_model()
+        began = time.perf_counter()
+        texts = [document_texts(doc) for doc, _, _ in batch]
+        vectors = [embed_texts(model, [t[i] for t in texts]) for i in range(len(KINDS))]
+        seconds += time.perf_counter() - began
+        rows = [
+            {
+                "source": doc.source_id,
+                "kb": kb_id,
+                "row_hash": row_hash,
+                **{field: vectors[i][j].tolist() for i, field in enumerate(FIELDS)},
+            }
+            for j, (doc, kb_id, row_hash) in enumerate(batch)
+        ]
+        client.upsert(name, rows)
+    for start in range(0, len(deletes), WRITE_BATCH):
+        client.delete(name, ids=deletes[start : start + WRITE_BATCH])
+    return len(todo) + len(deletes), seconds
+
+
+class DocumentVectors:
+    """The document vectors of a collection, in memory: source -> a (3, dim) array (title, summary, text).
+
+    ``enabled`` is False, with the reason in ``off_reason``, for a collection without the companion (written by
+    another tool or by a kb-retrieval from before document vectors).
+    """
+
+    def __init__(self, vectors: dict[str, np.ndarray] | None = None, off_reason: str | None = None) -> None:
+        self.sources = sorted(vectors or {})
+        self.position = {source: i for i, source in enumerate(self.sources)}
+        dim = next(iter(vectors.values())).shape[1] if vectors else 0
+        self.matrix = (
+            np.stack([vectors[s] for s in self.sources]) if vectors else np.zeros((0, len(KINDS), dim), np.float32)
+        )
+        self.off_reason = off_reason
+
+    @property
+    def enabled(self) -> bool:
+        return self.off_reason is None
+
+    def __len__(self) -> int:
+        return len(self.sources)
+
+    @classmethod
+    def load_from_milvus(cls, client: MilvusClient, settings: Settings) -> DocumentVectors:
+        name = doc_vectors_collection_name(settings)
+        if not client.has_collection(name):
+            return cls(
+                off_reason=f"collection '{settings.collection}' has no document vectors (no companion collection "
+                f"'{name}'): documents are ranked by their chunks until `kb-retrieval ingest` writes them"
+            )
+        fields = {f["name"] for f in client.describe_collection(name)["fields"]}
+        if missing := sorted({"source", *FIELDS} - fields):
+            return cls(off_reason=f"collection '{name}' lacks fields {', '.join(missing)}")
+        client.load_collection(name)
+        vectors = {
+            row["source"]: normalise([row[field] for field in FIELDS])
+            for row in iter_rows(client, settings, ["source", *FIELDS], collection=name)
+        }
+        return cls(vectors)
+
+    def similarities(self, query: Sequence[float], sources: Sequence[str]) -> dict[str, tuple[float, float, float]]:
+        """Cosine similarity of the (normalised) query to each known source's title, summary and text vectors;
+        sources without vectors are left out."""
+        known = [s for s in dict.fromkeys(sources) if s in self.position]
+        if not known:
+            return {}
+        q = normalise([query])[0]
+        sims = self.matrix[[self.position[s] for s in known]] @ q
+        return {s: (float(row[0]), float(row[1]), float(row[2])) for s, row in zip(known, sims, strict=True)}

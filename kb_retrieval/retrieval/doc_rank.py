@@ -1,0 +1,105 @@
+"""Stage 3b': rank the candidate documents as wholes.
+
+After dedupe each node stands for one document. The rule reranker's score (best chunk similarity + boosts) ranks
+documents by their best-matching section; a question in an engineer's own words often matches the runbook as a
+whole better, and sibling runbooks (``KubeQuotaAlmostFull``, ``KubeQuotaFullyUsed``, ``KubeQuotaExceeded``) differ
+mostly in their titles. :class:`DocumentRanker` scores each document with one linear model over
+
+| signal      | value                                               | weight (``Settings.scoring``)          |
+| ----------- | --------------------------------------------------- | -------------------------------------- |
+| doc_title   | query similarity to the document's title vector     | ``rank_title`` 1.05                    |
+| doc_summary | ... to its title + opening-section vector           | ``rank_summary`` 0.9                   |
+| doc_text    | ... to its whole-text vector                        | ``rank_text`` 1.3                      |
+| chunk       | the best chunk's similarity                         | ``rank_chunk`` 0                       |
+| lexical ... | the boosts: lexical, title_terms, l0, doc_focus,    | ``rank_lexical`` 0.5, ``_title_terms`` |
+|             | exact_match                                         | 2.2, ``_l0`` 2.0, ``_doc_focus`` 0.1,  |
+|             |                                                     | ``_exact_match`` 1                     |
+
+(``l0`` is the sum of the L0 boosts: title, keyword, entity, category, breadcrumb, content.) The weights were fitted
+on the public golden sets and rounded (see ``ScoringSettings``). The contributions are recorded on the node
+(``RerankRecord.ranking``, summing to its score) and the document similarities as an ``l1_document`` hit reason.
+Ranking only: whether a document is evidence is still judged on its chunk (the evidence score), never on these.
+
+A node whose document has no vectors (a collection from before, or a folder not ingested since) keeps the rule
+reranker's order: when any candidate lacks them, the ranker leaves the whole list as it is, rather than mix scores
+of two scales, and says so in the log.
+
+Example:
+    >>> ranker = DocumentRanker(vectors=DocumentVectors.load_from_milvus(client, settings))  # doctest: +SKIP
+    >>> bundle = QueryBundle("...", embedding=query_vector)  # doctest: +SKIP
+    >>> ranked = ranker.postprocess_nodes(deduped, query_bundle=bundle)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.schema import NodeWithScore, QueryBundle
+from pydantic import Field
+
+from kb_retrieval.config import ScoringSettings
+from kb_retrieval.indexing.doc_vectors import DocumentVectors
+from kb_retrieval.retrieval.stage import Boost, HitKind, HitReason, RerankRecord, stage_of, write_stage
+
+log = logging.getLogger(__name__)
+
+#: The rule reranker's boosts that come from L0 hints (summed into the ``l0`` signal).
+L0_BOOSTS = frozenset(
+    b.value
+    for b in (Boost.L0_TITLE, Boost.L0_KEYWORD, Boost.L0_ENTITY, Boost.L0_CATEGORY, Boost.BREADCRUMB, Boost.CONTENT)
+)
+
+
+class DocumentRanker(BaseNodePostprocessor):
+    """Reorder one-node-per-document candidates by the document-level linear model (see the module doc)."""
+
+    weights: dict[str, float] = Field(
+        default_factory=lambda: ScoringSettings().ranking_weights(), description="Signal -> weight."
+    )
+    vectors: DocumentVectors | None = Field(default=None, exclude=True, description="The documents' vectors.")
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "DocumentRanker"
+
+    def _postprocess_nodes(
+        self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
+    ) -> list[NodeWithScore]:
+        vectors = self.vectors
+        embedding = query_bundle.embedding if query_bundle is not None else None
+        if not nodes or vectors is None or not vectors.enabled or not embedding:
+            return nodes
+        stages = [stage_of(n) for n in nodes]
+        sims = vectors.similarities(embedding, [s.candidate.source for s in stages])
+        if missing := [s.candidate.source for s in stages if s.candidate.source not in sims]:
+            log.info(
+                "document ranking skipped: %d candidate(s) without document vectors (%s)", len(missing), missing[0]
+            )
+            return nodes
+        w = self.weights
+        for node, stage in zip(nodes, stages, strict=True):
+            title, summary, text = sims[stage.candidate.source]
+            record = stage.rerank
+            if record is None:
+                base = stage.candidate.similarity
+                record = stage.rerank = RerankRecord(base_score=base, evidence_score=float(node.score or base))
+            boosts = record.boosts
+            signals = {
+                "doc_title": title,
+                "doc_summary": summary,
+                "doc_text": text,
+                "chunk": record.base_score,
+                "lexical": boosts.get(Boost.LEXICAL.value, 0.0),
+                "title_terms": boosts.get(Boost.TITLE_TERMS.value, 0.0),
+                "l0": sum(v for k, v in boosts.items() if k in L0_BOOSTS),
+                "doc_focus": boosts.get(Boost.DOC_FOCUS.value, 0.0),
+                "exact_match": boosts.get(Boost.EXACT_MATCH.value, 0.0),
+            }
+            record.ranking = {k: round(w.get(k, 0.0) * v, 6) for k, v in signals.items() if w.get(k, 0.0) and v}
+            record.hit_reasons.append(
+                HitReason(kind=HitKind.L1_DOCUMENT, detail=f"title {title:.3f} summary {summary:.3f} text {text:.3f}")
+            )
+            node.score = round(sum(record.ranking.values()), 6)
+            write_stage(node, stage)
+        return sorted(nodes, key=lambda n: (-(n.score or 0.0), n.node.node_id))

@@ -1,0 +1,133 @@
+"""Document vectors (title, summary, whole text) in the companion collection ``<collection>_docs``, on Milvus Lite
+with the real model: what each vector is embedded from, convergent writes, reading them back."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kb_retrieval.config import Settings
+from kb_retrieval.indexing.doc_vectors import (
+    DocumentVectors,
+    doc_vectors_collection_name,
+    document_texts,
+    opening_words,
+    readable_title,
+    write_doc_vectors,
+)
+from kb_retrieval.indexing.embeddings import embed_query, embed_texts
+from kb_retrieval.indexing.ingest import ingest
+from kb_retrieval.indexing.milvus import connect, ensure_collection, iter_rows
+from kb_retrieval.knowledge.loader import load_knowledge_base
+from tests.indexing.test_ingest import DOC_A, DOC_B, write_kb
+
+RUNBOOK = """---
+title: KubeQuotaAlmostFull
+---
+# KubeQuotaAlmostFull
+
+## Meaning
+
+Cluster reaches to the allowed limits for given namespace.
+
+## Impact
+
+In the future deployments may not be possible.
+
+```yaml
+# not a heading
+```
+"""
+
+
+@pytest.fixture
+def settings(tmp_path) -> Settings:
+    return Settings(state_dir=tmp_path / "a")
+
+
+def test_camel_case_titles_become_words():
+    assert readable_title("KubeQuotaAlmostFull") == "Kube Quota Almost Full"
+    assert readable_title("etcdGRPCRequestsSlow") == "Etcd GRPC Requests Slow"
+    assert readable_title("Redis memory usage high") == "Redis memory usage high"
+    assert (
+        readable_title("APC UPS alert rules (mdlayher/apcupsd_exporter)")
+        == "APC UPS alert rules (mdlayher/apcupsd_exporter)"
+    )
+
+
+def test_summary_is_the_title_and_the_opening_section_only():
+    body = RUNBOOK.split("---\n", 2)[2]
+    assert opening_words(body) == "Cluster reaches to the allowed limits for given namespace."
+    assert opening_words("# T\n\n```\ncode line\n```\n\none two three four", limit=3) == "one two three"
+    doc = load_knowledge_base(write_kb_text(RUNBOOK)).documents[0]
+    title, summary, text = document_texts(doc)
+    assert title == "Kube Quota Almost Full"
+    assert summary == "Kube Quota Almost Full: Cluster reaches to the allowed limits for given namespace."
+    assert text.startswith("KubeQuotaAlmostFull\n") and "In the future deployments" in text
+
+
+def write_kb_text(text: str):
+    import tempfile
+    from pathlib import Path
+
+    root = Path(tempfile.mkdtemp()) / "kb"
+    return write_kb(root, {"kubernetes/KubeQuotaAlmostFull.md": text})
+
+
+def doc_rows(settings: Settings) -> dict[str, dict]:
+    client = connect(settings)
+    name = doc_vectors_collection_name(settings)
+    client.load_collection(name)
+    fields = ["source", "kb", "row_hash", "title_vector", "summary_vector", "text_vector"]
+    return {r["source"]: r for r in iter_rows(client, settings, fields, collection=name)}
+
+
+def test_ingest_writes_three_vectors_per_document_and_nothing_twice(tmp_path, settings, embed_model):
+    a = write_kb(tmp_path / "a", {"redis/memory.md": DOC_A, "mysql/lag.md": DOC_B})
+    b = write_kb(tmp_path / "b", {"kubernetes/KubeQuotaAlmostFull.md": RUNBOOK})
+    ingest([a], settings, embed_model=embed_model)
+    ingest([b], settings, embed_model=embed_model)
+    rows = doc_rows(settings)
+    assert set(rows) == {"redis/memory.md", "mysql/lag.md", "kubernetes/KubeQuotaAlmostFull.md"}
+    doc = next(d for d in load_knowledge_base(a).documents if d.source_id == "redis/memory.md")
+    expected = embed_texts(embed_model, list(document_texts(doc)))
+    got = np.asarray([rows["redis/memory.md"][f] for f in ("title_vector", "summary_vector", "text_vector")])
+    assert np.allclose(got, expected, atol=1e-5)
+    # Converged: nothing to embed or write again.
+    kbs = [load_knowledge_base(a), load_knowledge_base(b)]
+    assert write_doc_vectors(connect(settings), settings, kbs, None, _no_model) == (0, 0.0)
+    # An edit re-embeds that document only; a removal deletes only its folder's row.
+    (a / "redis/memory.md").write_text(DOC_A.replace("Raise maxmemory", "Lower the TTLs"), encoding="utf-8")
+    (a / "mysql/lag.md").unlink()
+    before = rows
+    ingest([a], settings, embed_model=embed_model)
+    after = doc_rows(settings)
+    assert set(after) == {"redis/memory.md", "kubernetes/KubeQuotaAlmostFull.md"}
+    assert after["redis/memory.md"]["row_hash"] != before["redis/memory.md"]["row_hash"]
+    assert after["kubernetes/KubeQuotaAlmostFull.md"] == before["kubernetes/KubeQuotaAlmostFull.md"]
+
+
+def _no_model():
+    raise AssertionError("nothing should be embedded")
+
+
+def test_vectors_read_back_rank_the_right_title(tmp_path, settings, embed_model):
+    kb = write_kb(tmp_path / "kb", {"redis/memory.md": DOC_A, "kubernetes/KubeQuotaAlmostFull.md": RUNBOOK})
+    ingest([kb], settings, embed_model=embed_model)
+    other = Settings(state_dir=tmp_path / "b", milvus_uri=settings.resolved_milvus_uri())  # any host reads them
+    vectors = DocumentVectors.load_from_milvus(connect(other), other)
+    assert vectors.enabled and len(vectors) == 2
+    query = embed_query(embed_model, "our namespace quota is nearly used up")
+    sims = vectors.similarities(query, ["redis/memory.md", "kubernetes/KubeQuotaAlmostFull.md", "unknown.md"])
+    assert set(sims) == {"redis/memory.md", "kubernetes/KubeQuotaAlmostFull.md"}
+    assert all(-1.0 <= s <= 1.0 for triple in sims.values() for s in triple)
+    assert all(q > r for q, r in zip(sims["kubernetes/KubeQuotaAlmostFull.md"], sims["redis/memory.md"], strict=True))
+
+
+def test_collection_without_companion_has_document_vectors_off(settings):
+    client = connect(settings)
+    ensure_collection(client, settings)  # as another tool would leave it: chunks only
+    vectors = DocumentVectors.load_from_milvus(client, settings)
+    assert not vectors.enabled and len(vectors) == 0
+    assert f"'{doc_vectors_collection_name(settings)}'" in (vectors.off_reason or "")
+    assert vectors.similarities([0.1] * settings.dim, ["x.md"]) == {}

@@ -1,0 +1,92 @@
+"""The document ranker: one linear model over document similarities and the rule reranker's boosts, pinned with
+in-memory vectors (the real vectors, written by ingest and read from Milvus, are in tests/indexing/test_doc_vectors.py
+and the whole pipeline in tests/test_engine.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kb_retrieval.config import ScoringSettings
+from kb_retrieval.indexing.doc_vectors import DocumentVectors
+from kb_retrieval.models import L0Hints, QueryTransform
+from kb_retrieval.retrieval.doc_rank import DocumentRanker
+from kb_retrieval.retrieval.evidence import build_evidence_blocks
+from kb_retrieval.retrieval.hybrid import LookupQuery
+from kb_retrieval.retrieval.rerank import RuleReranker
+from kb_retrieval.retrieval.stage import candidate_node, stage_of
+from tests.support.candidates import cand
+
+pytestmark = pytest.mark.unit
+
+E1, E2, E3 = np.eye(3, dtype=np.float32)
+
+
+def vectors(**by_source: tuple[np.ndarray, np.ndarray, np.ndarray]) -> DocumentVectors:
+    return DocumentVectors({source.replace("_", "/") + ".md": np.stack(v) for source, v in by_source.items()})
+
+
+def query(embedding: list[float]) -> LookupQuery:
+    transform = QueryTransform(original_query="q", normalized_query="q", hints=L0Hints(), filter_reason="test")
+    return LookupQuery(query_str="q", embedding=embedding, transform=transform)
+
+
+def reranked(*candidates, q: LookupQuery):
+    return RuleReranker(lexical_weight=0.2).postprocess_nodes([candidate_node(c) for c in candidates], query_bundle=q)
+
+
+def test_the_document_that_matches_as_a_whole_comes_first():
+    # b's best chunk is closer, but a's title, summary and text are about the query.
+    q = query([1.0, 0.0, 0.0])
+    nodes = reranked(cand("a1", "k/a.md", 0.50), cand("b1", "k/b.md", 0.60), q=q)
+    assert [stage_of(n).candidate.source for n in nodes] == ["k/b.md", "k/a.md"]
+    ranker = DocumentRanker(vectors=vectors(k_a=(E1, E1, E1), k_b=(E2, E2, E3)))
+    ranked = ranker.postprocess_nodes(nodes, query_bundle=q)
+    assert [stage_of(n).candidate.source for n in ranked] == ["k/a.md", "k/b.md"]
+    record = stage_of(ranked[0]).rerank
+    assert record is not None
+    weights = ScoringSettings()
+    assert record.ranking == pytest.approx(
+        {"doc_title": weights.rank_title, "doc_summary": weights.rank_summary, "doc_text": weights.rank_text}
+    )
+    assert ranked[0].score == pytest.approx(sum(record.ranking.values()))
+    assert "l1_document:title 1.000 summary 1.000 text 1.000" in [str(r) for r in record.hit_reasons]
+
+
+def test_boosts_count_with_their_ranking_weights():
+    q = query([1.0, 0.0, 0.0])
+    a, b = cand("a1", "k/a.md", 0.5), cand("b1", "k/b.md", 0.5)
+    nodes = [candidate_node(a, lexical_score=1.0), candidate_node(b)]
+    nodes = RuleReranker(lexical_weight=0.2).postprocess_nodes(nodes, query_bundle=q)
+    same = (E2, E2, E2)
+    ranker = DocumentRanker(
+        weights={**ScoringSettings().ranking_weights(), "lexical": 3.0}, vectors=vectors(k_a=same, k_b=same)
+    )
+    ranked = ranker.postprocess_nodes(nodes, query_bundle=q)
+    top = stage_of(ranked[0])
+    assert top.candidate.source == "k/a.md" and top.rerank is not None
+    assert top.rerank.ranking["lexical"] == pytest.approx(0.6)  # 3.0 x the 0.2 boost
+    assert "chunk" not in top.rerank.ranking  # rank_chunk is 0 by default: not recorded
+
+
+def test_ranking_never_makes_or_unmakes_evidence():
+    q = query([1.0, 0.0, 0.0])
+    nodes = reranked(cand("a1", "k/a.md", 0.30), cand("b1", "k/b.md", 0.60), q=q)
+    ranked = DocumentRanker(vectors=vectors(k_a=(E1, E1, E1), k_b=(E2, E2, E2))).postprocess_nodes(
+        nodes, query_bundle=q
+    )
+    assert stage_of(ranked[0]).candidate.source == "k/a.md"
+    blocks = build_evidence_blocks(ranked, evidence_threshold=0.45, max_blocks=5)
+    assert [b.source for b in blocks] == ["k/b.md"]  # a ranks first, but its chunk is not evidence
+
+
+@pytest.mark.parametrize("case", ["missing_vectors", "no_embedding", "no_vectors"])
+def test_without_what_it_needs_the_order_is_left_alone(case):
+    q = query([1.0, 0.0, 0.0]) if case != "no_embedding" else query([])
+    nodes = reranked(cand("a1", "k/a.md", 0.50), cand("b1", "k/b.md", 0.60), q=q)
+    before = [(n.node.node_id, n.score) for n in nodes]
+    known = vectors(k_a=(E1, E1, E1)) if case == "missing_vectors" else vectors(k_a=(E1, E1, E1), k_b=(E2, E2, E2))
+    ranker = DocumentRanker(vectors=None if case == "no_vectors" else known)
+    ranked = ranker.postprocess_nodes(nodes, query_bundle=q)
+    assert [(n.node.node_id, n.score) for n in ranked] == before
+    assert all(not stage_of(n).rerank.ranking for n in ranked)  # type: ignore[union-attr]
