@@ -41,9 +41,11 @@ from kb_retrieval.knowledge.text import heading, is_fence
 DOC_VECTORS_SUFFIX = "_docs"
 #: How a document becomes its three texts; a change re-embeds every document on the next ingest.
 DOC_VECTORS_VERSION = 1
-#: The three vectors of a document, in this order everywhere (fields, arrays, similarities).
+#: The three vectors of a document, in this order everywhere (the stored vector, arrays, similarities).
 KINDS = ("title", "summary", "text")
-FIELDS = tuple(f"{kind}_vector" for kind in KINDS)
+#: One FLOAT_VECTOR field of 3 x dim holds them end to end: a Milvus 2.3 server allows one vector field per
+#: collection. It is read, never searched (FLAT index, as Milvus needs one to load a collection).
+VECTORS_FIELD = "doc_vectors"
 SUMMARY_WORDS = 60
 WRITE_BATCH = 200
 _KB_MAX_BYTES = 4096
@@ -101,10 +103,9 @@ def ensure_doc_vectors_collection(client: MilvusClient, settings: Settings) -> s
         schema.add_field("source", DataType.VARCHAR, is_primary=True, max_length=VARCHAR_LIMITS["source"])
         schema.add_field("kb", DataType.VARCHAR, max_length=_KB_MAX_BYTES)
         schema.add_field("row_hash", DataType.VARCHAR, max_length=64)
+        schema.add_field(VECTORS_FIELD, DataType.FLOAT_VECTOR, dim=len(KINDS) * settings.dim)
         index_params = client.prepare_index_params()
-        for field in FIELDS:
-            schema.add_field(field, DataType.FLOAT_VECTOR, dim=settings.dim)
-            index_params.add_index(field, index_type="FLAT", metric_type="COSINE")
+        index_params.add_index(VECTORS_FIELD, index_type="FLAT", metric_type="L2")
         create_collection(client, name, schema, index_params, settings)
     client.load_collection(name)
     return name
@@ -148,7 +149,7 @@ def write_doc_vectors(
                 "source": doc.source_id,
                 "kb": kb_id,
                 "row_hash": row_hash,
-                **{field: vectors[i][j].tolist() for i, field in enumerate(FIELDS)},
+                VECTORS_FIELD: np.concatenate([v[j] for v in vectors]).tolist(),
             }
             for j, (doc, kb_id, row_hash) in enumerate(batch)
         ]
@@ -190,12 +191,12 @@ class DocumentVectors:
                 f"'{name}'): documents are ranked by their chunks until `kb-retrieval ingest` writes them"
             )
         fields = {f["name"] for f in client.describe_collection(name)["fields"]}
-        if missing := sorted({"source", *FIELDS} - fields):
+        if missing := sorted({"source", VECTORS_FIELD} - fields):
             return cls(off_reason=f"collection '{name}' lacks fields {', '.join(missing)}")
         client.load_collection(name)
         vectors = {
-            row["source"]: normalise([row[field] for field in FIELDS])
-            for row in iter_rows(client, settings, ["source", *FIELDS], collection=name)
+            row["source"]: normalise(np.asarray(row[VECTORS_FIELD], dtype=np.float32).reshape(len(KINDS), -1))
+            for row in iter_rows(client, settings, ["source", VECTORS_FIELD], collection=name)
         }
         return cls(vectors)
 

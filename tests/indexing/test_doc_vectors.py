@@ -78,7 +78,7 @@ def doc_rows(settings: Settings) -> dict[str, dict]:
     client = connect(settings)
     name = doc_vectors_collection_name(settings)
     client.load_collection(name)
-    fields = ["source", "kb", "row_hash", "title_vector", "summary_vector", "text_vector"]
+    fields = ["source", "kb", "row_hash", "doc_vectors"]
     return {r["source"]: r for r in iter_rows(client, settings, fields, collection=name)}
 
 
@@ -91,7 +91,7 @@ def test_ingest_writes_three_vectors_per_document_and_nothing_twice(tmp_path, se
     assert set(rows) == {"redis/memory.md", "mysql/lag.md", "kubernetes/KubeQuotaAlmostFull.md"}
     doc = next(d for d in load_knowledge_base(a).documents if d.source_id == "redis/memory.md")
     expected = embed_texts(embed_model, list(document_texts(doc)))
-    got = np.asarray([rows["redis/memory.md"][f] for f in ("title_vector", "summary_vector", "text_vector")])
+    got = np.asarray(rows["redis/memory.md"]["doc_vectors"], dtype=np.float32).reshape(3, -1)  # title|summary|text
     assert np.allclose(got, expected, atol=1e-5)
     # Converged: nothing to embed or write again.
     kbs = [load_knowledge_base(a), load_knowledge_base(b)]
