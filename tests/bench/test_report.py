@@ -74,6 +74,7 @@ def test_targets_are_judged_from_the_figures():
     assert judged["warm_p50<=0.5x_stock_dense_alerts"] == {"ratio": 0.5, "met": True}
     assert judged["warm_p50<=0.4x_stock_dense_questions"] == {"ratio": 0.467, "met": False}
     assert judged["ingest/raw_embedding>=0.85"] == {"ratio": 0.8, "met": False}
+    assert not any(name.startswith("paraphrase_") for name in judged)  # no paraphrase set in this report
     slower = copy.deepcopy(REPORT)
     slower["speed"]["warm_latency"]["alerts"]["p50_ratio"] = 0.51
     slower["speed"]["warm_latency"]["questions"]["p50_ratio"] = 0.4
@@ -165,3 +166,13 @@ def test_strong_is_judged_on_the_packed_text_with_either_breadcrumb_form(tmp_pat
     scores.add_strong(b, "other.md", "### Remote")  # wrong document: not strong
     scores.add_strong(c, "d.md", "")
     assert scores.summary()["strong@1"] == 0.5 and scores.summary()["strong_judged"] == 2
+
+
+def test_paraphrase_targets_per_setting():
+    report = copy.deepcopy(REPORT)
+    report["quality"]["runbooks"]["runbooks-paraphrase-dev"] = _systems(0.62, 0.4)
+    report["quality"]["mixed"]["runbooks-paraphrase-dev"] = _systems(0.57, 0.4)
+    judged = targets(report)
+    assert judged["paraphrase_hit@1>=0.62_runbooks"] == {"value": 0.62, "met": True}
+    assert judged["paraphrase_hit@1>=0.58_mixed"] == {"value": 0.57, "met": False}
+    assert judged["paraphrase_hit@5>=0.88_runbooks"] == {"value": 0.62, "met": False}  # _systems: hit@5 = hit@1
