@@ -14,10 +14,12 @@ from llama_index.core.instrumentation.span.simple import SimpleSpan
 from llama_index.core.instrumentation.span_handlers.simple import SimpleSpanHandler
 from llama_index.core.llms.mock import MockLLM
 from llama_index.core.query_engine import RetrieverQueryEngine
-from llama_index.core.schema import MetadataMode
+from llama_index.core.schema import MetadataMode, QueryBundle
 
+from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.models import LookupResult
 from kb_retrieval.retrieval.dedupe import SourceDeduplicator
+from kb_retrieval.retrieval.doc_rank import DocumentRanker
 from kb_retrieval.retrieval.rerank import RuleReranker
 from kb_retrieval.retrieval.stage import STAGE_KEY, stage_of
 from tests.conftest import SAMPLE_KB
@@ -77,6 +79,17 @@ def test_postprocessors_run_on_stock_nodes_and_apply_hints(sample_lookup, embed_
     assert "l0_keyword:SystemdUnitFailed" in [str(r) for r in stage.rerank.hit_reasons]  # type: ignore[union-attr]
     deduped = SourceDeduplicator(focus_weight=0.45).postprocess_nodes(ranked, query_str=query)
     assert len({stage_of(n).candidate.source for n in deduped}) == len(deduped)
+    # Documents ranked as wholes by the lookup's document vectors (sources are the same relative paths).
+    bundle = QueryBundle(query, embedding=embed_query(embed_model, query))
+    by_document = DocumentRanker(vectors=sample_lookup.doc_vectors).postprocess_nodes(deduped, query_bundle=bundle)
+    assert sorted(stage_of(n).candidate.source for n in by_document) == sorted(
+        stage_of(n).candidate.source for n in deduped
+    )
+    for node in by_document:
+        record = stage_of(node).rerank
+        assert record is not None and node.score == pytest.approx(sum(record.ranking.values()), abs=1e-5)
+        assert {"doc_title", "doc_summary", "doc_text"} <= set(record.ranking)
+    assert [n.score for n in by_document] == sorted((n.score for n in by_document), reverse=True)
     # Stage data never reaches the LLM's text, and a stock node's own metadata passes through unchanged.
     assert STAGE_KEY not in ranked[0].node.get_content(metadata_mode=MetadataMode.LLM)
     assert all(n.node.metadata["file_path"] for n in ranked)
@@ -196,6 +209,7 @@ def test_span_handler_sees_every_stage_under_one_root(sample_lookup):
         "SdkPath.hybrid_search",
         "RuleReranker._postprocess_nodes",
         "SourceDeduplicator._postprocess_nodes",
+        "DocumentRanker._postprocess_nodes",
         "build_evidence_blocks",
         "pack_context",
         "KnowledgeLookup._record",
