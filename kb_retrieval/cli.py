@@ -77,6 +77,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
+    from kb_retrieval.indexing.doc_vectors import DocumentVectors
     from kb_retrieval.indexing.l0_index import L0Index
     from kb_retrieval.indexing.milvus import connect, count_rows, ensure_collection, features_off
     from kb_retrieval.retrieval.hybrid import choose_lexical_mode
@@ -91,6 +92,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
     lexical_mode, lexical_reason = choose_lexical_mode(client, settings, None)
     if lexical_reason:
         off["milvus_bm25"] = lexical_reason
+    doc_vectors = DocumentVectors.load_from_milvus(client, settings)
+    if doc_vectors.off_reason:
+        off["document_ranking"] = doc_vectors.off_reason
     categories: dict[str, int] = {}
     for entry in l0.documents.values():
         key = entry.category or "(none)"
@@ -106,6 +110,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         "metric": settings.metric,
         "dim": settings.dim,
         "lexical_mode": lexical_mode,
+        "document_vectors": len(doc_vectors),
         "features_off": dict(sorted(off.items())),
     }
     if args.json:
@@ -119,6 +124,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         ("categories", ", ".join(f"{name} {count}" for name, count in stats["categories"].items()) or "(none)"),
         ("vectors", f"{stats['dim']} dimensions, {stats['metric']}"),
         ("lexical", stats["lexical_mode"]),
+        ("document vectors", f"{stats['document_vectors']} documents (title, summary, text)"),
         *((f"{feature} off", reason) for feature, reason in stats["features_off"].items()),
     ]
     width = max(len(label) for label, _ in rows)

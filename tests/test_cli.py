@@ -111,6 +111,8 @@ def test_stats_prints_readable_text_and_json_for_scripts(kb, tmp_path, capsys, e
     stats = json.loads(out)
     assert code == 0 and stats["chunks"] == 1 and stats["categories"] == {"linux": 1} and stats["milvus"] == "lite"
     assert stats["lexical_mode"] == "milvus_bm25" and "milvus_bm25" not in stats["features_off"]
+    assert stats["document_vectors"] == 1 and "document_ranking" not in stats["features_off"]
+    assert "document vectors  1 documents (title, summary, text)" in run(capsys, "stats", "--state-dir", state)[1]
 
 
 def test_lowercase_metric_is_accepted_and_a_bad_setting_names_its_variable(kb, tmp_path, capsys, monkeypatch):
@@ -352,6 +354,8 @@ def test_stats_on_a_server_counts_the_chunks_right_after_an_ingest(milvus_server
     assert code == 0 and first["chunks_added"] > 20
     stats = json.loads(run(capsys, "stats", *where, "--json")[1])
     assert stats["chunks"] == first["chunks_added"]  # not 0: unflushed rows count too
+    # The document vectors' companion (one vector field of 3 x dim) works on a Milvus 2.3 server too.
+    assert stats["document_vectors"] == first["documents_added"] and "document_ranking" not in stats["features_off"]
     edited = next(iter(sorted((kb / "redis").glob("*.md"))))
     edited.write_text(edited.read_text(encoding="utf-8") + "\n## Extra\n\nOne more section.\n", encoding="utf-8")
     code, out, _ = run(capsys, "ingest", str(kb), *where, "--json")
