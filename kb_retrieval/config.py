@@ -116,35 +116,37 @@ class ScoringSettings(BaseModel):
 
     # --- document ranking (DocumentRanker): one linear model over the signals of a document ------------------
     # Fitted on the public golden sets (every runbooks set, both settings: a listwise softmax loss over each
-    # query's candidate documents, then rounded); 4-fold cross-validation by query gave the same figures within
-    # 0.02 on the alert sets and paraphrase hit@1 0.58 / 0.63 (runbooks / mixed) against 0.54 / 0.53 before.
+    # query's candidate documents, then rounded); 4-fold cross-validation by query gave the alert sets within 0.02
+    # of the fitted figures and paraphrase hit@1 0.58 / 0.67 (runbooks / mixed) against 0.54 / 0.53 before.
     rank_title: float = Field(
-        default=1.05, ge=0, le=5, description="Times the query's similarity to the document's title vector."
+        default=0.75, ge=0, le=5, description="Times the query's similarity to the document's title vector."
     )
     rank_summary: float = Field(
-        default=0.9, ge=0, le=5, description="Times the similarity to the title + opening section vector."
+        default=1.1, ge=0, le=5, description="Times the similarity to the title + opening section vector."
     )
-    rank_text: float = Field(default=1.3, ge=0, le=5, description="Times the similarity to the whole-document vector.")
+    rank_text: float = Field(
+        default=1.5, ge=0, le=5, description="Times the similarity to the text vector (its chunks' mean)."
+    )
     rank_chunk: float = Field(
         default=0.0,
         ge=0,
         le=5,
-        description="Times the best chunk's similarity: fitted -0.10 once the document vectors are there, so 0 (it "
+        description="Times the best chunk's similarity: fitted -0.25 once the document vectors are there, so 0 (it "
         "still decides which section is the evidence, and whether any is).",
     )
-    rank_lexical: float = Field(default=0.5, ge=0, le=5, description="Times the rule reranker's lexical boost.")
+    rank_lexical: float = Field(default=0.55, ge=0, le=5, description="Times the rule reranker's lexical boost.")
     rank_title_terms: float = Field(default=2.2, ge=0, le=5, description="Times the title-terms boost.")
     rank_l0: float = Field(
-        default=2.0,
+        default=1.8,
         ge=0,
         le=5,
         description="Times the L0 boosts (title, keyword, entity, category, breadcrumb, content).",
     )
     rank_doc_focus: float = Field(
-        default=0.1,
+        default=0.05,
         ge=0,
         le=5,
-        description="Times the document-focus boost (fitted 0.12: the document vectors say what focus said).",
+        description="Times the document-focus boost (fitted 0.05: the document vectors say what focus said).",
     )
     rank_exact_match: float = Field(
         default=1.0, ge=0, le=5, description="Times the exact-identifier boost (too rare in the sets to fit: kept)."

@@ -6,7 +6,8 @@ and sibling runbooks differ mostly in their titles. So every document also gets
 
 - a **title** vector: the title, CamelCase split (``KubeQuotaAlmostFull`` -> "Kube Quota Almost Full");
 - a **summary** vector: the title, then the first 60 words of the document's opening section (a runbook's Meaning);
-- a **text** vector: the title, then the whole body (the model reads its first 256 word pieces).
+- a **text** vector: the mean of its chunk vectors (the whole document, section by section, at no embedding cost;
+  it ranked as well as embedding the whole text, which the model reads only to its first 256 word pieces).
 
 Ingest writes one row per document into the companion collection ``<collection>_docs`` the way it writes the L0
 index (:mod:`kb_retrieval.indexing.l0_index`): keyed by source, only what changed, only rows of the folders it
@@ -33,14 +34,15 @@ from pymilvus import DataType, MilvusClient
 
 from kb_retrieval.config import Settings
 from kb_retrieval.indexing.embeddings import embed_texts, normalise
-from kb_retrieval.indexing.milvus import VARCHAR_LIMITS, create_collection, iter_rows
+from kb_retrieval.indexing.milvus import QUERY_WINDOW, VARCHAR_LIMITS, create_collection, iter_rows
 from kb_retrieval.knowledge.loader import KbDocument, LoadedKnowledgeBase
 from kb_retrieval.knowledge.text import heading, is_fence
+from kb_retrieval.retrieval.filters import in_expr
 
 #: Suffix of the companion collection holding the document vectors of ``<collection>``.
 DOC_VECTORS_SUFFIX = "_docs"
 #: How a document becomes its three texts; a change re-embeds every document on the next ingest.
-DOC_VECTORS_VERSION = 1
+DOC_VECTORS_VERSION = 2
 #: The three vectors of a document, in this order everywhere (the stored vector, arrays, similarities).
 KINDS = ("title", "summary", "text")
 #: One FLOAT_VECTOR field of 3 x dim holds them end to end: a Milvus 2.3 server allows one vector field per
@@ -48,6 +50,8 @@ KINDS = ("title", "summary", "text")
 VECTORS_FIELD = "doc_vectors"
 SUMMARY_WORDS = 60
 WRITE_BATCH = 200
+#: Documents whose chunk vectors one query reads (their chunks must fit Milvus' query window).
+CHUNK_QUERY_DOCUMENTS = 50
 _KB_MAX_BYTES = 4096
 _CAMEL_WORD = re.compile(r"\b[A-Za-z]*[a-z][A-Z][A-Za-z0-9]*\b")
 _CAMEL_PART = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
@@ -80,10 +84,10 @@ def opening_words(body: str, limit: int = SUMMARY_WORDS) -> str:
     return " ".join(found[:limit])
 
 
-def document_texts(doc: KbDocument) -> tuple[str, str, str]:
-    """The title, summary and text a document's three vectors are embedded from (see the module doc)."""
+def document_texts(doc: KbDocument) -> tuple[str, str]:
+    """The title and summary a document's first two vectors are embedded from (see the module doc)."""
     title = readable_title(doc.title)
-    return title, f"{title}: {opening_words(doc.body)}", f"{doc.title}\n{doc.body}"
+    return title, f"{title}: {opening_words(doc.body)}"
 
 
 def doc_vectors_collection_name(settings: Settings) -> str:
@@ -142,8 +146,11 @@ def write_doc_vectors(
         model = model or load_model()
         began = time.perf_counter()
         texts = [document_texts(doc) for doc, _, _ in batch]
-        vectors = [embed_texts(model, [t[i] for t in texts]) for i in range(len(KINDS))]
+        vectors = [embed_texts(model, [t[i] for t in texts]) for i in range(len(KINDS) - 1)]
         seconds += time.perf_counter() - began
+        means = _chunk_means(client, settings, [doc for doc, _, _ in batch])
+        # A document without chunk rows (none should be) gets its summary vector in their place.
+        vectors.append(np.stack([means.get(doc.source_id, vectors[1][j]) for j, (doc, _, _) in enumerate(batch)]))
         rows = [
             {
                 "source": doc.source_id,
@@ -157,6 +164,28 @@ def write_doc_vectors(
     for start in range(0, len(deletes), WRITE_BATCH):
         client.delete(name, ids=deletes[start : start + WRITE_BATCH])
     return len(todo) + len(deletes), seconds
+
+
+def _chunk_means(client: MilvusClient, settings: Settings, docs: Sequence[KbDocument]) -> dict[str, np.ndarray]:
+    """Normalised mean of each document's chunk vectors, as the collection holds them now (this version only)."""
+    wanted = {doc.source_id: doc.content_hash for doc in docs}
+    sums: dict[str, np.ndarray] = {}
+    for start in range(0, len(docs), CHUNK_QUERY_DOCUMENTS):
+        sources = [doc.source_id for doc in docs[start : start + CHUNK_QUERY_DOCUMENTS]]
+        rows = client.query(
+            settings.collection,
+            filter=in_expr(settings.source_field, sources),
+            output_fields=[settings.source_field, settings.vector_field, settings.metadata_field],
+            limit=QUERY_WINDOW,
+            consistency_level="Strong",
+        )
+        for row in rows:
+            source = str(row[settings.source_field])
+            if (row.get(settings.metadata_field) or {}).get("doc_hash") != wanted.get(source):
+                continue
+            vector = np.asarray(row[settings.vector_field], dtype=np.float32)
+            sums[source] = sums[source] + vector if source in sums else vector
+    return {source: normalise(total[np.newaxis, :])[0] for source, total in sums.items()}
 
 
 class DocumentVectors:

@@ -7,12 +7,12 @@ mostly in their titles. :class:`DocumentRanker` scores each document with one li
 
 | signal      | value                                               | weight (``Settings.scoring``)          |
 | ----------- | --------------------------------------------------- | -------------------------------------- |
-| doc_title   | query similarity to the document's title vector     | ``rank_title`` 1.05                    |
-| doc_summary | ... to its title + opening-section vector           | ``rank_summary`` 0.9                   |
-| doc_text    | ... to its whole-text vector                        | ``rank_text`` 1.3                      |
+| doc_title   | query similarity to the document's title vector     | ``rank_title`` 0.75                    |
+| doc_summary | ... to its title + opening-section vector           | ``rank_summary`` 1.1                   |
+| doc_text    | ... to the mean of its chunk vectors                | ``rank_text`` 1.5                      |
 | chunk       | the best chunk's similarity                         | ``rank_chunk`` 0                       |
-| lexical ... | the boosts: lexical, title_terms, l0, doc_focus,    | ``rank_lexical`` 0.5, ``_title_terms`` |
-|             | exact_match                                         | 2.2, ``_l0`` 2.0, ``_doc_focus`` 0.1,  |
+| lexical ... | the boosts: lexical, title_terms, l0, doc_focus,    | ``rank_lexical`` 0.55, ``_title_terms``|
+|             | exact_match                                         | 2.2, ``_l0`` 1.8, ``_doc_focus`` 0.05, |
 |             |                                                     | ``_exact_match`` 1                     |
 
 (``l0`` is the sum of the L0 boosts: title, keyword, entity, category, breadcrumb, content.) The weights were fitted
