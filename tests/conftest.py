@@ -24,6 +24,7 @@ HEAVY_FIXTURES = frozenset(
         "embed_model",
         "sample_settings",
         "sample_lookup",
+        "runbooks_lookup",
         "milvus_server",
         "milvus_backend",
         "known_kb",
@@ -59,6 +60,23 @@ def sample_settings(tmp_path_factory: pytest.TempPathFactory, embed_model):
     settings = Settings(state_dir=tmp_path_factory.mktemp("sample-state"), vector_store_mode="sdk")
     ingest([SAMPLE_KB], settings, embed_model=embed_model)
     return settings
+
+
+@pytest.fixture(scope="session")
+def runbooks_lookup(tmp_path_factory: pytest.TempPathFactory, embed_model) -> Iterator[object]:
+    """A lookup over the shared runbooks corpus (../shared/corpora/runbooks), ingested once per session."""
+    from kb_retrieval.config import Settings
+    from kb_retrieval.engine import KnowledgeLookup
+    from kb_retrieval.indexing.ingest import ingest
+
+    corpus = SHARED / "corpora" / "runbooks"
+    if not corpus.is_dir():
+        pytest.fail(f"the shared runbooks corpus is missing at {corpus} (../shared beside the repository)")
+    settings = Settings(state_dir=tmp_path_factory.mktemp("runbooks-state"), vector_store_mode="sdk")
+    ingest([corpus], settings, embed_model=embed_model)
+    lookup = KnowledgeLookup(settings, embed_model=embed_model)
+    yield lookup
+    lookup.close()
 
 
 @pytest.fixture(scope="session")

@@ -5,14 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from kb_retrieval.config import KBSettings
-from kb_retrieval.engine import KnowledgeLookup
-from kb_retrieval.indexing.ingest import ingest
 from kb_retrieval.retrieval.evidence import build_evidence_blocks
 from kb_retrieval.retrieval.exact import ExactIdentifierIndex, is_identifier, query_identifiers
 from kb_retrieval.retrieval.rerank import RuleReranker
 from kb_retrieval.retrieval.stage import candidate_node
-from tests.conftest import SHARED
 from tests.support.candidates import cand
 
 
@@ -77,17 +73,10 @@ def test_a_unique_error_string_finds_its_document_on_the_sample_kb(sample_lookup
     assert "exact_match:ENOTFOUND" in top.hit_reasons
 
 
-def test_a_unique_metric_name_finds_its_runbook_in_the_runbooks_corpus(tmp_path, embed_model):
-    corpus = SHARED / "corpora" / "runbooks"
-    if not corpus.is_dir():
-        pytest.fail(f"the shared runbooks corpus is missing at {corpus} (../shared beside the repository)")
-    settings = KBSettings(state_dir=tmp_path, vector_store_mode="sdk")
-    ingest([corpus], settings, embed_model=embed_model)
-    lookup = KnowledgeLookup(settings, embed_model=embed_model)
+def test_a_unique_metric_name_finds_its_runbook_in_the_runbooks_corpus(runbooks_lookup):
     # No alert name: only the metric, which one runbook in the corpus names verbatim.
-    result = lookup.lookup("graph of kube_node_status_capacity_pods is flat at the running count on worker-3")
+    result = runbooks_lookup.lookup("graph of kube_node_status_capacity_pods is flat at the running count on worker-3")
     assert result.found
     top = result.evidence_blocks[0]
     assert top.source == "content/runbooks/kubernetes/KubeletTooManyPods.md"
     assert "exact_match:kube_node_status_capacity_pods" in top.hit_reasons
-    lookup.close()
