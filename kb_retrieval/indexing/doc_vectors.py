@@ -25,8 +25,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
-from typing import Any
+import time
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -94,8 +94,12 @@ def doc_vectors_collection_name(settings: Settings) -> str:
     return settings.collection + DOC_VECTORS_SUFFIX
 
 
-def _row_hash(doc: KbDocument, settings: Settings) -> str:
-    digest = json.dumps([DOC_VECTORS_VERSION, settings.embed_model, doc.content_hash], ensure_ascii=False)
+def _row_hash(doc: KbDocument, settings: Settings, chunk_ids: Sequence[str]) -> str:
+    """Everything a row is computed from: the document, the model, how (the version) and its chunks (the text vector
+    is their mean, so a change of chunking rewrites it)."""
+    digest = json.dumps(
+        [DOC_VECTORS_VERSION, settings.embed_model, doc.content_hash, sorted(chunk_ids)], ensure_ascii=False
+    )
     return hashlib.sha256(digest.encode()).hexdigest()
 
 
@@ -119,14 +123,13 @@ def write_doc_vectors(
     client: MilvusClient,
     settings: Settings,
     kbs: Sequence[LoadedKnowledgeBase],
+    chunk_ids: Mapping[str, Sequence[str]],
     model: BaseEmbedding | None,
-    load_model: Any,
+    load_model: Callable[[], BaseEmbedding],
 ) -> tuple[int, float]:
-    """Make the companion rows of each KB folder exactly its documents; returns (rows written + deleted, seconds
-    spent embedding). Convergent like the L0 index: a row is embedded and upserted only when its hash (document
-    content, embedding model, :data:`DOC_VECTORS_VERSION`) differs; ``load_model`` is called only then."""
-    import time
-
+    """Make the companion rows of each KB folder exactly its documents (their chunks written already, ``chunk_ids``
+    by source); returns (rows written + deleted, seconds spent embedding). Convergent like the L0 index: a row is
+    embedded and upserted only when its hash (:func:`_row_hash`) differs; ``load_model`` is called only then."""
     name = ensure_doc_vectors_collection(client, settings)
     existing = {
         row["source"]: row for row in iter_rows(client, settings, ["source", "kb", "row_hash"], collection=name)
@@ -136,7 +139,7 @@ def write_doc_vectors(
     for kb in kbs:
         current = {doc.source_id for doc in kb.documents}
         for doc in kb.documents:
-            row_hash = _row_hash(doc, settings)
+            row_hash = _row_hash(doc, settings, chunk_ids.get(doc.source_id, ()))
             if existing.get(doc.source_id, {}).get("row_hash") != row_hash:
                 todo.append((doc, kb.kb_id, row_hash))
         deletes += sorted(s for s, row in existing.items() if row["kb"] == kb.kb_id and s not in current)

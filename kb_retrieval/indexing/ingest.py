@@ -158,7 +158,12 @@ def ingest(
     chunk_ids = {plan.doc.source_id: [c.chunk_id for c in plan.chunks] for plan in plans}
     wrote = write_l0(client, settings, kbs, chunk_ids) > 0 or wrote
     doc_rows, doc_seconds = write_doc_vectors(
-        client, settings, kbs, model, lambda: load_embed_model(settings.embed_model, settings.embed_batch_size)
+        client,
+        settings,
+        kbs,
+        chunk_ids,
+        model,
+        lambda: load_embed_model(settings.embed_model, settings.embed_batch_size),
     )
     wrote = doc_rows > 0 or wrote
     publish_version(client, settings, content=l0_content_hash(client, settings), wrote=wrote)

@@ -55,23 +55,16 @@ def test_camel_case_titles_become_words():
     )
 
 
-def test_summary_is_the_title_and_the_opening_section_only():
+def test_summary_is_the_title_and_the_opening_section_only(tmp_path):
     body = RUNBOOK.split("---\n", 2)[2]
     assert opening_words(body) == "Cluster reaches to the allowed limits for given namespace."
     assert opening_words("# T\n\n```\ncode line\n```\n\none two three four", limit=3) == "one two three"
-    doc = load_knowledge_base(write_kb_text(RUNBOOK)).documents[0]
+    kb = write_kb(tmp_path / "kb", {"kubernetes/KubeQuotaAlmostFull.md": RUNBOOK})
+    doc = load_knowledge_base(kb).documents[0]
     assert document_texts(doc) == (
         "Kube Quota Almost Full",
         "Kube Quota Almost Full: Cluster reaches to the allowed limits for given namespace.",
     )
-
-
-def write_kb_text(text: str):
-    import tempfile
-    from pathlib import Path
-
-    root = Path(tempfile.mkdtemp()) / "kb"
-    return write_kb(root, {"kubernetes/KubeQuotaAlmostFull.md": text})
 
 
 def doc_rows(settings: Settings) -> dict[str, dict]:
@@ -99,7 +92,11 @@ def test_ingest_writes_three_vectors_per_document_and_nothing_twice(tmp_path, se
     assert np.allclose(got[2], normalise([np.mean([r["vector"] for r in chunks], axis=0)])[0], atol=1e-5)
     # Converged: nothing to embed or write again.
     kbs = [load_knowledge_base(a), load_knowledge_base(b)]
-    assert write_doc_vectors(connect(settings), settings, kbs, None, _no_model) == (0, 0.0)
+    ids = chunk_ids(settings)
+    assert write_doc_vectors(connect(settings), settings, kbs, ids, None, _no_model) == (0, 0.0)
+    # Other chunks (another chunk size) make another text vector: the row is rewritten.
+    changed = {**ids, "mysql/lag.md": [*ids["mysql/lag.md"], "another-chunk"]}
+    assert write_doc_vectors(connect(settings), settings, kbs, changed, embed_model, _no_model)[0] == 1
     # An edit re-embeds that document only; a removal deletes only its folder's row.
     (a / "redis/memory.md").write_text(DOC_A.replace("Raise maxmemory", "Lower the TTLs"), encoding="utf-8")
     (a / "mysql/lag.md").unlink()
@@ -109,6 +106,13 @@ def test_ingest_writes_three_vectors_per_document_and_nothing_twice(tmp_path, se
     assert set(after) == {"redis/memory.md", "kubernetes/KubeQuotaAlmostFull.md"}
     assert after["redis/memory.md"]["row_hash"] != before["redis/memory.md"]["row_hash"]
     assert after["kubernetes/KubeQuotaAlmostFull.md"] == before["kubernetes/KubeQuotaAlmostFull.md"]
+
+
+def chunk_ids(settings: Settings) -> dict[str, list[str]]:
+    ids: dict[str, list[str]] = {}
+    for row in iter_rows(connect(settings), settings, [settings.id_field, settings.source_field]):
+        ids.setdefault(row[settings.source_field], []).append(row[settings.id_field])
+    return ids
 
 
 def _no_model():
