@@ -77,7 +77,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from kb_retrieval.indexing.doc_vectors import DocumentVectors
+    from kb_retrieval.indexing.doc_vectors import doc_vectors_collection_name, doc_vectors_off_reason
     from kb_retrieval.indexing.l0_index import L0Index
     from kb_retrieval.indexing.milvus import connect, count_rows, ensure_collection, features_off
     from kb_retrieval.retrieval.hybrid import choose_lexical_mode
@@ -92,9 +92,12 @@ def cmd_stats(args: argparse.Namespace) -> int:
     lexical_mode, lexical_reason = choose_lexical_mode(client, settings, None)
     if lexical_reason:
         off["milvus_bm25"] = lexical_reason
-    doc_vectors = DocumentVectors.load_from_milvus(client, settings)
-    if doc_vectors.off_reason:
-        off["document_ranking"] = doc_vectors.off_reason
+    # Counted, not read: the vectors themselves are for lookups.
+    doc_vectors_off = doc_vectors_off_reason(client, settings)
+    if doc_vectors_off:
+        off["document_ranking"] = doc_vectors_off
+    docs_name = doc_vectors_collection_name(settings)
+    doc_vectors = 0 if doc_vectors_off else count_rows(client, settings, collection=docs_name)
     categories: dict[str, int] = {}
     for entry in l0.documents.values():
         key = entry.category or "(none)"
@@ -110,7 +113,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         "metric": settings.metric,
         "dim": settings.dim,
         "lexical_mode": lexical_mode,
-        "document_vectors": len(doc_vectors),
+        "document_vectors": doc_vectors,
         "features_off": dict(sorted(off.items())),
     }
     if args.json:

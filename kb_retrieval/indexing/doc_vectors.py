@@ -27,6 +27,7 @@ import json
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -34,7 +35,13 @@ from pymilvus import DataType, MilvusClient
 
 from kb_retrieval.config import Settings
 from kb_retrieval.indexing.embeddings import embed_texts, normalise
-from kb_retrieval.indexing.milvus import QUERY_WINDOW, VARCHAR_LIMITS, create_collection, iter_rows
+from kb_retrieval.indexing.milvus import (
+    QUERY_WINDOW,
+    VARCHAR_LIMITS,
+    companion_problem,
+    ensure_side_collection,
+    iter_rows,
+)
 from kb_retrieval.knowledge.loader import KbDocument, LoadedKnowledgeBase
 from kb_retrieval.knowledge.text import heading, is_fence
 from kb_retrieval.retrieval.filters import in_expr
@@ -46,7 +53,7 @@ DOC_VECTORS_VERSION = 2
 #: The three vectors of a document, in this order everywhere (the stored vector, arrays, similarities).
 KINDS = ("title", "summary", "text")
 #: One FLOAT_VECTOR field of 3 x dim holds them end to end: a Milvus 2.3 server allows one vector field per
-#: collection. It is read, never searched (FLAT index, as Milvus needs one to load a collection).
+#: collection (:func:`~kb_retrieval.indexing.milvus.ensure_side_collection`); it is read, never searched.
 VECTORS_FIELD = "doc_vectors"
 SUMMARY_WORDS = 60
 WRITE_BATCH = 200
@@ -103,20 +110,31 @@ def _row_hash(doc: KbDocument, settings: Settings, chunk_ids: Sequence[str]) -> 
     return hashlib.sha256(digest.encode()).hexdigest()
 
 
+def _doc_vector_fields(schema: Any) -> None:
+    schema.add_field("source", DataType.VARCHAR, is_primary=True, max_length=VARCHAR_LIMITS["source"])
+    schema.add_field("kb", DataType.VARCHAR, max_length=_KB_MAX_BYTES)
+    schema.add_field("row_hash", DataType.VARCHAR, max_length=64)
+
+
 def ensure_doc_vectors_collection(client: MilvusClient, settings: Settings) -> str:
     """Create the companion collection when missing, and load it; returns its name."""
     name = doc_vectors_collection_name(settings)
-    if not client.has_collection(name):
-        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
-        schema.add_field("source", DataType.VARCHAR, is_primary=True, max_length=VARCHAR_LIMITS["source"])
-        schema.add_field("kb", DataType.VARCHAR, max_length=_KB_MAX_BYTES)
-        schema.add_field("row_hash", DataType.VARCHAR, max_length=64)
-        schema.add_field(VECTORS_FIELD, DataType.FLOAT_VECTOR, dim=len(KINDS) * settings.dim)
-        index_params = client.prepare_index_params()
-        index_params.add_index(VECTORS_FIELD, index_type="FLAT", metric_type="L2")
-        create_collection(client, name, schema, index_params, settings)
-    client.load_collection(name)
+    ensure_side_collection(
+        client, settings, name, _doc_vector_fields, vector_field=VECTORS_FIELD, vector_dim=len(KINDS) * settings.dim
+    )
     return name
+
+
+def doc_vectors_off_reason(client: MilvusClient, settings: Settings) -> str | None:
+    """Why the collection has no usable document vectors (no or a foreign companion), or None."""
+    name = doc_vectors_collection_name(settings)
+    problem = companion_problem(client, name, {"source", VECTORS_FIELD})
+    if problem is None:
+        return None
+    return (
+        f"collection '{settings.collection}' has no document vectors ({problem}): documents are ranked by their "
+        f"chunks until `kb-retrieval ingest` writes them"
+    )
 
 
 def write_doc_vectors(
@@ -216,15 +234,9 @@ class DocumentVectors:
 
     @classmethod
     def load_from_milvus(cls, client: MilvusClient, settings: Settings) -> DocumentVectors:
+        if off_reason := doc_vectors_off_reason(client, settings):
+            return cls(off_reason=off_reason)
         name = doc_vectors_collection_name(settings)
-        if not client.has_collection(name):
-            return cls(
-                off_reason=f"collection '{settings.collection}' has no document vectors (no companion collection "
-                f"'{name}'): documents are ranked by their chunks until `kb-retrieval ingest` writes them"
-            )
-        fields = {f["name"] for f in client.describe_collection(name)["fields"]}
-        if missing := sorted({"source", VECTORS_FIELD} - fields):
-            return cls(off_reason=f"collection '{name}' lacks fields {', '.join(missing)}")
         client.load_collection(name)
         vectors = {
             row["source"]: normalise(np.asarray(row[VECTORS_FIELD], dtype=np.float32).reshape(len(KINDS), -1))

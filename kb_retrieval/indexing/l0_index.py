@@ -35,6 +35,7 @@ from kb_retrieval.indexing.milvus import (
     SIDE_VECTOR,
     SIDE_VECTOR_FIELD,
     VARCHAR_LIMITS,
+    companion_problem,
     ensure_side_collection,
     iter_rows,
 )
@@ -91,7 +92,7 @@ class L0Index(BaseModel):
         """
         version = index_version(client, settings)  # first: a write after this shows as a newer version
         name = l0_collection_name(settings)
-        problem = _companion_problem(client, name)
+        problem = companion_problem(client, name, _L0_FIELD_NAMES)
         if problem:
             return cls(
                 enabled=False,
@@ -171,14 +172,6 @@ def _l0_fields(schema: Any) -> None:
 
 #: What a companion collection must have to be read as one.
 _L0_FIELD_NAMES = {"source", "kb", "doc_hash", "row_hash", "entry"}
-
-
-def _companion_problem(client: MilvusClient, name: str) -> str | None:
-    if not client.has_collection(name):
-        return f"no companion collection '{name}'"
-    fields = {f["name"] for f in client.describe_collection(name)["fields"]}
-    missing = sorted(_L0_FIELD_NAMES - fields)
-    return f"collection '{name}' lacks fields {', '.join(missing)}" if missing else None
 
 
 def ensure_l0_collection(client: MilvusClient, settings: Settings) -> str:

@@ -391,17 +391,35 @@ SIDE_VECTOR = (0.0, 0.0)
 
 
 def ensure_side_collection(
-    client: MilvusClient, settings: Settings, name: str, add_fields: Callable[[Any], None]
+    client: MilvusClient,
+    settings: Settings,
+    name: str,
+    add_fields: Callable[[Any], None],
+    *,
+    vector_field: str = SIDE_VECTOR_FIELD,
+    vector_dim: int = len(SIDE_VECTOR),
 ) -> None:
-    """Create a collection kept beside the chunks when missing (its fields from ``add_fields``), and load it."""
+    """Create a collection kept beside the chunks when missing (its fields from ``add_fields``), and load it.
+
+    Its one vector field (a Milvus 2.3 server allows one per collection) is the constant side vector unless the
+    collection keeps real vectors there; either way it is read, never searched (FLAT index)."""
     if not client.has_collection(name):
         schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
         add_fields(schema)
-        schema.add_field(SIDE_VECTOR_FIELD, DataType.FLOAT_VECTOR, dim=len(SIDE_VECTOR))
+        schema.add_field(vector_field, DataType.FLOAT_VECTOR, dim=vector_dim)
         index_params = client.prepare_index_params()
-        index_params.add_index(SIDE_VECTOR_FIELD, index_type="FLAT", metric_type="L2")
+        index_params.add_index(vector_field, index_type="FLAT", metric_type="L2")
         create_collection(client, name, schema, index_params, settings)
     client.load_collection(name)
+
+
+def companion_problem(client: MilvusClient, name: str, required: set[str]) -> str | None:
+    """Why ``name`` cannot be read as a companion collection with the ``required`` fields, or None when it can."""
+    if not client.has_collection(name):
+        return f"no companion collection '{name}'"
+    fields = {f["name"] for f in client.describe_collection(name)["fields"]}
+    missing = sorted(required - fields)
+    return f"collection '{name}' lacks fields {', '.join(missing)}" if missing else None
 
 
 def validate_collection(client: MilvusClient, settings: Settings) -> None:
@@ -513,11 +531,13 @@ def iter_rows(
         iterator.close()
 
 
-def count_rows(client: MilvusClient, settings: Settings) -> int:
-    """The number of rows (chunks) the collection holds now.
+def count_rows(client: MilvusClient, settings: Settings, *, collection: str | None = None) -> int:
+    """The number of rows (chunks) the collection (or ``collection``) holds now.
 
     A ``count(*)`` query at strong consistency: a server's ``get_collection_stats`` counts only flushed segments
     (0 right after an ingest) and still counts deleted rows until compaction.
     """
-    rows = client.query(settings.collection, filter="", output_fields=["count(*)"], consistency_level="Strong")
+    rows = client.query(
+        collection or settings.collection, filter="", output_fields=["count(*)"], consistency_level="Strong"
+    )
     return int(rows[0]["count(*)"]) if rows else 0
