@@ -322,6 +322,12 @@ class KBSettings(BaseSettings):
         description="A candidate whose final score (normalised similarity + L0 boosts) is below this is not usable "
         "evidence.",
     )
+    evidence_follows_ranking: bool = Field(
+        default=True,
+        description="Once a lookup has evidence, the documents ranked above the first one at evidence_threshold lead "
+        "the evidence blocks (hit reason l1_rank): the threshold decides whether the knowledge base answers, the "
+        "ranking which document comes first; false: only documents at the threshold are blocks.",
+    )
     lexical_enabled: bool = Field(
         default=True,
         description="BM25 over the collection's chunks beside the dense search: in Milvus (one hybrid_search call) "

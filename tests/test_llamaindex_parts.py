@@ -4,6 +4,7 @@ instrumentation and the tool's structured output, each used the way a LlamaIndex
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from typing import Any
 
@@ -164,7 +165,14 @@ def test_aretrieve_never_stalls_the_loop(sample_lookup):
         await tick
         return worst, results
 
-    worst, results = asyncio.run(run())
+    # A full collection of a long test session's heap holds the GIL for hundreds of ms in whichever thread runs it:
+    # a pause of the process, not a call of the retriever blocking the loop, so the collector waits until the end.
+    gc.collect()
+    gc.disable()
+    try:
+        worst, results = asyncio.run(run())
+    finally:
+        gc.enable()
     assert len(results) == 8 and results[0][0].node.node_id == "redis/memory-usage-high.md"
     assert worst < 0.05, f"the event loop stalled {worst * 1000:.0f} ms"
 

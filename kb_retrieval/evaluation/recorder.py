@@ -34,6 +34,7 @@ def record_fixtures(golden_path: Path, out_dir: Path, settings: Settings, lookup
         "top_k": settings.top_k,
         "max_evidence_blocks": settings.max_evidence_blocks,
         "evidence_threshold": settings.evidence_threshold,
+        "evidence_follows_ranking": settings.evidence_follows_ranking,
         "reference_threshold": settings.reference_threshold,
     }
     for case in cases:

@@ -132,7 +132,10 @@ class AttemptRunner:
             for postprocessor in self.postprocessors:
                 nodes = postprocessor.postprocess_nodes(nodes, query_bundle=bundle)
             blocks = build_evidence_blocks(
-                nodes, evidence_threshold=settings.evidence_threshold, max_blocks=settings.max_evidence_blocks
+                nodes,
+                evidence_threshold=settings.evidence_threshold,
+                max_blocks=settings.max_evidence_blocks,
+                follow_ranking=settings.evidence_follows_ranking,
             )
         trace.evidence_count = len(blocks)
         if not search.candidates:

@@ -18,7 +18,9 @@ mostly in their titles. :class:`DocumentRanker` scores each document with one li
 (``l0`` is the sum of the L0 boosts: title, keyword, entity, category, breadcrumb, content.) The weights were fitted
 on the public golden sets and rounded (see ``ScoringSettings``). The contributions are recorded on the node
 (``RerankRecord.ranking``, summing to its score) and the document similarities as an ``l1_document`` hit reason.
-Ranking only: whether a document is evidence is still judged on its chunk (the evidence score), never on these.
+It orders, it never makes a lookup find: whether the knowledge base answers is still judged on the chunks (the
+evidence score); once it does, the documents ranked above the first one at the threshold lead the evidence blocks
+(``build_evidence_blocks``).
 
 A node whose document has no vectors (a collection from before, or a folder not ingested since) keeps the rule
 reranker's order: when any candidate lacks them, the ranker leaves the whole list as it is, rather than mix scores

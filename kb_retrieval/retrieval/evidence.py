@@ -7,14 +7,14 @@ from llama_index.core.schema import NodeWithScore
 
 from kb_retrieval.models import EvidenceBlock
 from kb_retrieval.retrieval.context_pack import render_sections
-from kb_retrieval.retrieval.stage import stage_of
+from kb_retrieval.retrieval.stage import HitKind, HitReason, stage_of
 
 dispatcher = get_dispatcher(__name__)
 
 
 @dispatcher.span
 def build_evidence_blocks(
-    nodes: list[NodeWithScore], *, evidence_threshold: float, max_blocks: int
+    nodes: list[NodeWithScore], *, evidence_threshold: float, max_blocks: int, follow_ranking: bool = True
 ) -> list[EvidenceBlock]:
     """Blocks for the nodes whose evidence score reaches ``evidence_threshold``, in rerank order.
 
@@ -23,16 +23,34 @@ def build_evidence_blocks(
     from L1; an L0 match alone never makes a block. A node without a rerank record is judged on its score. A node the
     document expander expanded becomes a document block: its sections in order, matched ones marked.
 
+    With ``follow_ranking``, once some node is evidence (the lookup answers), the nodes ranked above the first such
+    node lead the blocks too, with an ``l1_rank`` hit reason: the threshold decides *whether* the knowledge base
+    answers, the ranking *which document comes first*, so the agent receives the ranking's first document (it is
+    what the ranking, the trace and the fixtures call rank 1). Whether a lookup finds anything is unchanged: no node
+    at the threshold, no block. At least one block is always a node at the threshold.
+
     A block's layer is ``L0+L1`` when an L0 hint contributed to it, else ``L1``.
     """
+    passing = [_is_evidence(node, evidence_threshold) for node in nodes]
+    if True not in passing:
+        return []
+    first = passing.index(True)
+    lead = min(first, max_blocks - 1) if follow_ranking else 0
+    chosen = list(range(lead)) + [i for i in range(first, len(nodes)) if passing[i]]
     blocks: list[EvidenceBlock] = []
-    for node in nodes:
+    for i in chosen[:max_blocks]:
+        node = nodes[i]
         stage = stage_of(node)
         record = stage.rerank
-        evidence_score = record.evidence_score if record is not None else float(node.score or 0.0)
-        if evidence_score < evidence_threshold and not stage.exact_terms:  # a rare exact identifier is evidence
-            continue
-        reasons = record.hit_reasons if record is not None else []
+        reasons = list(record.hit_reasons) if record is not None else []
+        if not passing[i]:
+            reasons.append(
+                HitReason(
+                    kind=HitKind.L1_RANK,
+                    detail=f"ranked {i + 1}, above the first evidence at rank {first + 1} "
+                    f"(evidence score {_evidence_score(node):.3f} < {evidence_threshold:.3f})",
+                )
+            )
         candidate = stage.candidate
         document = stage.document
         blocks.append(
@@ -49,6 +67,14 @@ def build_evidence_blocks(
                 similarity=round(candidate.similarity, 6),
             )
         )
-        if len(blocks) == max_blocks:
-            break
     return blocks
+
+
+def _evidence_score(node: NodeWithScore) -> float:
+    record = stage_of(node).rerank
+    return record.evidence_score if record is not None else float(node.score or 0.0)
+
+
+def _is_evidence(node: NodeWithScore, evidence_threshold: float) -> bool:
+    """At the threshold, or holding a rare exact identifier of the query (that is evidence of its own)."""
+    return _evidence_score(node) >= evidence_threshold or bool(stage_of(node).exact_terms)

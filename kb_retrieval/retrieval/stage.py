@@ -39,6 +39,7 @@ class HitKind(str, Enum):
     CONTENT_MATCH = "content_match"
     LEXICAL_BM25 = "lexical_bm25"
     EXACT_MATCH = "exact_match"
+    L1_RANK = "l1_rank"
 
     @property
     def from_l0(self) -> bool:

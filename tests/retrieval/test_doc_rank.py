@@ -69,15 +69,22 @@ def test_boosts_count_with_their_ranking_weights():
     assert "chunk" not in top.rerank.ranking  # rank_chunk is 0 by default: not recorded
 
 
-def test_ranking_never_makes_or_unmakes_evidence():
+def test_ranking_leads_the_evidence_but_never_makes_a_lookup_find():
     q = query([1.0, 0.0, 0.0])
-    nodes = reranked(cand("a1", "k/a.md", 0.30), cand("b1", "k/b.md", 0.60), q=q)
-    ranked = DocumentRanker(vectors=vectors(k_a=(E1, E1, E1), k_b=(E2, E2, E2))).postprocess_nodes(
-        nodes, query_bundle=q
-    )
+    ranker = DocumentRanker(vectors=vectors(k_a=(E1, E1, E1), k_b=(E2, E2, E2)))
+    ranked = ranker.postprocess_nodes(reranked(cand("a1", "k/a.md", 0.30), cand("b1", "k/b.md", 0.60), q=q), q)
     assert stage_of(ranked[0]).candidate.source == "k/a.md"
     blocks = build_evidence_blocks(ranked, evidence_threshold=0.45, max_blocks=5)
-    assert [b.source for b in blocks] == ["k/b.md"]  # a ranks first, but its chunk is not evidence
+    # b's chunk makes the lookup answer; a, ranked above it, leads what the agent receives.
+    assert [b.source for b in blocks] == ["k/a.md", "k/b.md"]
+    lead = "l1_rank:ranked 1, above the first evidence at rank 2 (evidence score 0.300 < 0.450)"
+    assert blocks[0].hit_reasons[-1] == lead
+    assert not any(r.startswith("l1_rank") for r in blocks[1].hit_reasons)
+    strict = build_evidence_blocks(ranked, evidence_threshold=0.45, max_blocks=5, follow_ranking=False)
+    assert [b.source for b in strict] == ["k/b.md"]
+    # Neither chunk at the threshold: the ranking finds nothing.
+    weak = ranker.postprocess_nodes(reranked(cand("a1", "k/a.md", 0.30), cand("b1", "k/b.md", 0.40), q=q), q)
+    assert build_evidence_blocks(weak, evidence_threshold=0.45, max_blocks=5) == []
 
 
 @pytest.mark.parametrize("case", ["missing_vectors", "no_embedding", "no_vectors"])

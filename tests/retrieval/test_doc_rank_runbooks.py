@@ -7,6 +7,8 @@ first; ranked as wholes (title, summary, text vectors), the right runbook does.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 RUNBOOKS = "content/runbooks/"
@@ -34,3 +36,33 @@ def test_a_question_in_own_words_finds_the_runbook_ranked_as_a_whole(runbooks_lo
     _, ranking = runbooks_lookup.with_settings(document_ranking=False).lookup_ranked(question)
     sources = [c.source for c in ranking]
     assert RUNBOOKS + expected in sources[1:]  # a candidate, only lower
+
+
+def test_the_agent_reads_the_ranking_first_document_first(runbooks_lookup):
+    """Over the public paraphrase set (read from ../shared): whenever a lookup finds evidence, its first block is the
+    ranking's first document, as the ranking, trace and fixtures call rank 1. With the threshold alone deciding the
+    blocks, some lookups hand the agent a lower-ranked document first (the ranking's first is under the threshold)."""
+    from tests.conftest import SHARED
+
+    questions = [
+        json.loads(line)["query"]
+        for line in (SHARED / "golden" / "runbooks-paraphrase-dev.jsonl").read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
+    strict = runbooks_lookup.with_settings(evidence_follows_ranking=False)
+    found = differs = 0
+    for question in questions:
+        result, ranking = runbooks_lookup.lookup_ranked(question)
+        if result.found:
+            found += 1
+            assert result.evidence_blocks[0].source == ranking[0].source, question
+            lead = result.evidence_blocks[0].hit_reasons
+            strict_result = strict.lookup(question)
+            assert strict_result.found  # the lead never decides whether a lookup finds anything
+            if strict_result.evidence_blocks[0].source != ranking[0].source:
+                differs += 1
+                assert any(r.startswith("l1_rank:ranked 1, above the first evidence") for r in lead)
+                assert ranking[0].source not in [b.source for b in strict_result.evidence_blocks]
+        else:
+            assert not strict.lookup(question).found
+    assert found >= 50 and differs >= 1

@@ -50,7 +50,8 @@ def test_lexical_boost_ranks_but_does_not_make_evidence():
     record = record_of(ranked[0])
     assert record.boosts == {"lexical": 0.2} and "lexical_bm25:1.000" in [str(r) for r in record.hit_reasons]
     assert record.evidence_score == pytest.approx(0.40)  # BM25 is relative: not evidence of an answer
-    blocks = build_evidence_blocks(ranked, evidence_threshold=0.42, max_blocks=5)
+    assert build_evidence_blocks(ranked[:1], evidence_threshold=0.42, max_blocks=5) == []  # a alone: no answer
+    blocks = build_evidence_blocks(ranked, evidence_threshold=0.42, max_blocks=5, follow_ranking=False)
     assert [b.source for b in blocks] == ["b.md"]
 
 
@@ -100,7 +101,9 @@ def test_title_terms_boost_ranks_but_does_not_make_evidence():
     assert record.boosts == {"title_terms": pytest.approx(0.16)}
     assert "l0_title_terms:0.80" in [str(r) for r in record.hit_reasons]
     assert record.evidence_score == pytest.approx(0.40)
-    assert [b.source for b in build_evidence_blocks(ranked, evidence_threshold=0.42, max_blocks=5)] == ["b.md"]
+    assert build_evidence_blocks(ranked[:1], evidence_threshold=0.42, max_blocks=5) == []  # a alone: no answer
+    strict = build_evidence_blocks(ranked, evidence_threshold=0.42, max_blocks=5, follow_ranking=False)
+    assert [b.source for b in strict] == ["b.md"]
 
 
 def test_bm25_header_is_the_one_the_embedding_sees():
