@@ -1,4 +1,4 @@
-"""Document vectors: three per document, stored in Milvus beside the chunks, for ranking documents as wholes.
+"""Document vectors: four per document, stored in Milvus beside the chunks, for ranking documents as wholes.
 
 A chunk vector says how well one section matches; a question in an engineer's own words ("two of our three
 Alertmanager replicas stopped overnight") often matches a runbook as a whole better than any one of its sections,
@@ -7,7 +7,10 @@ and sibling runbooks differ mostly in their titles. So every document also gets
 - a **title** vector: the title, CamelCase split (``KubeQuotaAlmostFull`` -> "Kube Quota Almost Full");
 - a **summary** vector: the title, then the first 60 words of the document's opening section (a runbook's Meaning);
 - a **text** vector: the mean of its chunk vectors (the whole document, section by section, at no embedding cost;
-  it ranked as well as embedding the whole text, which the model reads only to its first 256 word pieces).
+  it ranked as well as embedding the whole text, which the model reads only to its first 256 word pieces);
+- a **static summary** vector: the summary text again, by a second, static model
+  (:mod:`kb_retrieval.indexing.static_embed`, 256 dims), a second opinion where the first model's similarities of
+  sibling runbooks are a few hundredths apart.
 
 Ingest writes one row per document into the companion collection ``<collection>_docs`` the way it writes the L0
 index (:mod:`kb_retrieval.indexing.l0_index`): keyed by source, only what changed, only rows of the folders it
@@ -17,7 +20,7 @@ ingests deleted. A lookup holds them in memory (a few KB per document) and the
 Example:
     >>> vectors = DocumentVectors.load_from_milvus(connect(settings), settings)  # doctest: +SKIP
     >>> vectors.similarities([0.1] * 384, ["runbooks/KubePodCrashLooping.md"])  # doctest: +SKIP
-    {'runbooks/KubePodCrashLooping.md': (0.61, 0.58, 0.55)}
+    {'runbooks/KubePodCrashLooping.md': (0.61, 0.58, 0.55, 0.0)}
 """
 
 from __future__ import annotations
@@ -42,17 +45,19 @@ from kb_retrieval.indexing.milvus import (
     ensure_side_collection,
     iter_rows,
 )
+from kb_retrieval.indexing.static_embed import STATIC_DIM, STATIC_MODEL, StaticEmbedder, load_static_embedder
 from kb_retrieval.knowledge.loader import KbDocument, LoadedKnowledgeBase
 from kb_retrieval.knowledge.text import heading, is_fence
 from kb_retrieval.retrieval.filters import in_expr
 
 #: Suffix of the companion collection holding the document vectors of ``<collection>``.
 DOC_VECTORS_SUFFIX = "_docs"
-#: How a document becomes its three texts; a change re-embeds every document on the next ingest.
-DOC_VECTORS_VERSION = 2
-#: The three vectors of a document, in this order everywhere (the stored vector, arrays, similarities).
+#: How a document becomes its vectors; a change re-embeds every document on the next ingest.
+DOC_VECTORS_VERSION = 3
+#: The embedding model's three vectors of a document, in this order everywhere (the stored vector, arrays,
+#: similarities); the static summary vector follows them.
 KINDS = ("title", "summary", "text")
-#: One FLOAT_VECTOR field of 3 x dim holds them end to end: a Milvus 2.3 server allows one vector field per
+#: One FLOAT_VECTOR field of 3 x dim + 256 holds them end to end: a Milvus 2.3 server allows one vector field per
 #: collection (:func:`~kb_retrieval.indexing.milvus.ensure_side_collection`); it is read, never searched.
 VECTORS_FIELD = "doc_vectors"
 SUMMARY_WORDS = 60
@@ -101,11 +106,24 @@ def doc_vectors_collection_name(settings: Settings) -> str:
     return settings.collection + DOC_VECTORS_SUFFIX
 
 
+def stored_dim(settings: Settings) -> int:
+    """The length of a row's vector field: the model's three vectors, then the static summary vector."""
+    return len(KINDS) * settings.dim + STATIC_DIM
+
+
+def _companion_dim(client: MilvusClient, name: str) -> int | None:
+    for field in client.describe_collection(name)["fields"]:
+        if field["name"] == VECTORS_FIELD:
+            return int((field.get("params") or {}).get("dim", 0))
+    return None
+
+
 def _row_hash(doc: KbDocument, settings: Settings, chunk_ids: Sequence[str]) -> str:
     """Everything a row is computed from: the document, the model, how (the version) and its chunks (the text vector
     is their mean, so a change of chunking rewrites it)."""
     digest = json.dumps(
-        [DOC_VECTORS_VERSION, settings.embed_model, doc.content_hash, sorted(chunk_ids)], ensure_ascii=False
+        [DOC_VECTORS_VERSION, settings.embed_model, STATIC_MODEL, doc.content_hash, sorted(chunk_ids)],
+        ensure_ascii=False,
     )
     return hashlib.sha256(digest.encode()).hexdigest()
 
@@ -117,10 +135,14 @@ def _doc_vector_fields(schema: Any) -> None:
 
 
 def ensure_doc_vectors_collection(client: MilvusClient, settings: Settings) -> str:
-    """Create the companion collection when missing, and load it; returns its name."""
+    """Create the companion collection when missing, and load it; returns its name. A companion of another layout
+    (written by an older kb-retrieval: another vector length) is dropped first: it is derived data, and every row
+    of it would be rewritten anyway (its row hashes name the older version)."""
     name = doc_vectors_collection_name(settings)
+    if client.has_collection(name) and _companion_dim(client, name) not in (None, stored_dim(settings)):
+        client.drop_collection(name)
     ensure_side_collection(
-        client, settings, name, _doc_vector_fields, vector_field=VECTORS_FIELD, vector_dim=len(KINDS) * settings.dim
+        client, settings, name, _doc_vector_fields, vector_field=VECTORS_FIELD, vector_dim=stored_dim(settings)
     )
     return name
 
@@ -129,6 +151,8 @@ def doc_vectors_off_reason(client: MilvusClient, settings: Settings) -> str | No
     """Why the collection has no usable document vectors (no or a foreign companion), or None."""
     name = doc_vectors_collection_name(settings)
     problem = companion_problem(client, name, {"source", VECTORS_FIELD})
+    if problem is None and (dim := _companion_dim(client, name)) != stored_dim(settings):
+        problem = f"collection '{name}' holds vectors of {dim} values, not {stored_dim(settings)}: an older layout"
     if problem is None:
         return None
     return (
@@ -172,6 +196,7 @@ def write_doc_vectors(
         means = _chunk_means(client, settings, [doc for doc, _, _ in batch])
         # A document without chunk rows (none should be) gets its summary vector in their place.
         vectors.append(np.stack([means.get(doc.source_id, vectors[1][j]) for j, (doc, _, _) in enumerate(batch)]))
+        vectors.append(load_static_embedder().embed([summary for _, summary in texts]))
         rows = [
             {
                 "source": doc.source_id,
@@ -210,19 +235,29 @@ def _chunk_means(client: MilvusClient, settings: Settings, docs: Sequence[KbDocu
 
 
 class DocumentVectors:
-    """The document vectors of a collection, in memory: source -> a (3, dim) array (title, summary, text).
+    """The document vectors of a collection, in memory: source -> a (3, dim) array (title, summary, text) and,
+    with a ``static_model``, source -> its static summary vector.
 
     ``enabled`` is False, with the reason in ``off_reason``, for a collection without the companion (written by
-    another tool or by a kb-retrieval from before document vectors).
+    another tool or by a kb-retrieval from before document vectors) or with one of an older layout.
     """
 
-    def __init__(self, vectors: dict[str, np.ndarray] | None = None, off_reason: str | None = None) -> None:
+    def __init__(
+        self,
+        vectors: dict[str, np.ndarray] | None = None,
+        off_reason: str | None = None,
+        *,
+        static: dict[str, np.ndarray] | None = None,
+        static_model: StaticEmbedder | None = None,
+    ) -> None:
         self.sources = sorted(vectors or {})
         self.position = {source: i for i, source in enumerate(self.sources)}
         dim = next(iter(vectors.values())).shape[1] if vectors else 0
         self.matrix = (
             np.stack([vectors[s] for s in self.sources]) if vectors else np.zeros((0, len(KINDS), dim), np.float32)
         )
+        self.static_model = static_model if static else None
+        self.static = np.stack([static[s] for s in self.sources]) if static and self.sources else None
         self.off_reason = off_reason
 
     @property
@@ -238,18 +273,30 @@ class DocumentVectors:
             return cls(off_reason=off_reason)
         name = doc_vectors_collection_name(settings)
         client.load_collection(name)
-        vectors = {
-            row["source"]: normalise(np.asarray(row[VECTORS_FIELD], dtype=np.float32).reshape(len(KINDS), -1))
-            for row in iter_rows(client, settings, ["source", VECTORS_FIELD], collection=name)
-        }
-        return cls(vectors)
+        model_part = len(KINDS) * settings.dim
+        vectors: dict[str, np.ndarray] = {}
+        static: dict[str, np.ndarray] = {}
+        for row in iter_rows(client, settings, ["source", VECTORS_FIELD], collection=name):
+            stored = np.asarray(row[VECTORS_FIELD], dtype=np.float32)
+            vectors[row["source"]] = normalise(stored[:model_part].reshape(len(KINDS), -1))
+            static[row["source"]] = normalise(stored[np.newaxis, model_part:])[0]
+        return cls(vectors, static=static, static_model=load_static_embedder() if static else None)
 
-    def similarities(self, query: Sequence[float], sources: Sequence[str]) -> dict[str, tuple[float, float, float]]:
-        """Cosine similarity of the (normalised) query to each known source's title, summary and text vectors;
+    def similarities(
+        self, query: Sequence[float], sources: Sequence[str], query_text: str | None = None
+    ) -> dict[str, tuple[float, float, float, float]]:
+        """Cosine similarity of the (normalised) query to each known source's title, summary and text vectors, and
+        of ``query_text`` by the static model to its static summary vector (0.0 without a text or static vectors);
         sources without vectors are left out."""
         known = [s for s in dict.fromkeys(sources) if s in self.position]
         if not known:
             return {}
-        q = normalise([query])[0]
-        sims = self.matrix[[self.position[s] for s in known]] @ q
-        return {s: (float(row[0]), float(row[1]), float(row[2])) for s, row in zip(known, sims, strict=True)}
+        rows = [self.position[s] for s in known]
+        sims = self.matrix[rows] @ normalise([query])[0]
+        static = np.zeros(len(known), dtype=np.float32)
+        if self.static is not None and self.static_model is not None and query_text:
+            static = self.static[rows] @ self.static_model.embed([query_text])[0]
+        return {
+            s: (float(row[0]), float(row[1]), float(row[2]), float(st))
+            for s, row, st in zip(known, sims, static, strict=True)
+        }

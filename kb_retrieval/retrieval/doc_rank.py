@@ -8,11 +8,13 @@ mostly in their titles. :class:`DocumentRanker` scores each document with one li
 | signal      | value                                               | weight (``Settings.scoring``)          |
 | ----------- | --------------------------------------------------- | -------------------------------------- |
 | doc_title   | query similarity to the document's title vector     | ``rank_title`` 0.75                    |
-| doc_summary | ... to its title + opening-section vector           | ``rank_summary`` 1.1                   |
+| doc_summary | ... to its title + opening-section vector           | ``rank_summary`` 0.75                  |
 | doc_text    | ... to the mean of its chunk vectors                | ``rank_text`` 1.5                      |
+| doc_static  | the static model's similarity of the query to the   | ``rank_static_summary`` 0.5            |
+|             | title + opening section (a second model's opinion)  |                                        |
 | chunk       | the best chunk's similarity                         | ``rank_chunk`` 0                       |
-| lexical ... | the boosts: lexical, title_terms, l0, doc_focus,    | ``rank_lexical`` 0.55, ``_title_terms``|
-|             | exact_match                                         | 2.2, ``_l0`` 1.8, ``_doc_focus`` 0.05, |
+| lexical ... | the boosts: lexical, title_terms, l0, doc_focus,    | ``rank_lexical`` 0.3, ``_title_terms`` |
+|             | exact_match                                         | 2.2, ``_l0`` 1.7, ``_doc_focus`` 0.05, |
 |             |                                                     | ``_exact_match`` 1                     |
 
 (``l0`` is the sum of the L0 boosts: title, keyword, entity, category, breadcrumb, content.) The weights were fitted
@@ -73,7 +75,8 @@ class DocumentRanker(BaseNodePostprocessor):
         if not nodes or vectors is None or not vectors.enabled or not embedding:
             return nodes
         stages = [stage_of(n) for n in nodes]
-        sims = vectors.similarities(embedding, [s.candidate.source for s in stages])
+        query_text = query_bundle.query_str if query_bundle is not None else None
+        sims = vectors.similarities(embedding, [s.candidate.source for s in stages], query_text)
         if missing := [s.candidate.source for s in stages if s.candidate.source not in sims]:
             log.info(
                 "document ranking skipped: %d candidate(s) without document vectors (%s)", len(missing), missing[0]
@@ -81,7 +84,7 @@ class DocumentRanker(BaseNodePostprocessor):
             return nodes
         w = self.weights
         for node, stage in zip(nodes, stages, strict=True):
-            title, summary, text = sims[stage.candidate.source]
+            title, summary, text, static = sims[stage.candidate.source]
             record = stage.rerank
             if record is None:
                 base = stage.candidate.similarity
@@ -91,6 +94,7 @@ class DocumentRanker(BaseNodePostprocessor):
                 "doc_title": title,
                 "doc_summary": summary,
                 "doc_text": text,
+                "doc_static": static,
                 "chunk": record.base_score,
                 "lexical": boosts.get(Boost.LEXICAL.value, 0.0),
                 "title_terms": boosts.get(Boost.TITLE_TERMS.value, 0.0),
@@ -99,9 +103,10 @@ class DocumentRanker(BaseNodePostprocessor):
                 "exact_match": boosts.get(Boost.EXACT_MATCH.value, 0.0),
             }
             record.ranking = {k: round(w.get(k, 0.0) * v, 6) for k, v in signals.items() if w.get(k, 0.0) and v}
-            record.hit_reasons.append(
-                HitReason(kind=HitKind.L1_DOCUMENT, detail=f"title {title:.3f} summary {summary:.3f} text {text:.3f}")
-            )
+            detail = f"title {title:.3f} summary {summary:.3f} text {text:.3f}"
+            if vectors.static_model is not None:
+                detail += f" static {static:.3f}"
+            record.hit_reasons.append(HitReason(kind=HitKind.L1_DOCUMENT, detail=detail))
             node.score = round(sum(record.ranking.values()), 6)
             write_stage(node, stage)
         return sorted(nodes, key=lambda n: (-(n.score or 0.0), n.node.node_id))

@@ -1,5 +1,6 @@
-"""Document vectors (title, summary, whole text) in the companion collection ``<collection>_docs``, on Milvus Lite
-with the real model: what each vector is embedded from, convergent writes, reading them back."""
+"""Document vectors (title, summary, whole text, and the static model's summary) in the companion collection
+``<collection>_docs``, on Milvus Lite with the real models: what each vector is embedded from, convergent writes,
+reading them back, an older layout."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import pytest
 
 from kb_retrieval.config import Settings
 from kb_retrieval.indexing.doc_vectors import (
+    VECTORS_FIELD,
     DocumentVectors,
+    _doc_vector_fields,
     doc_vectors_collection_name,
+    doc_vectors_off_reason,
     document_texts,
     opening_words,
     readable_title,
@@ -17,7 +21,8 @@ from kb_retrieval.indexing.doc_vectors import (
 )
 from kb_retrieval.indexing.embeddings import embed_query, embed_texts, normalise
 from kb_retrieval.indexing.ingest import ingest
-from kb_retrieval.indexing.milvus import connect, ensure_collection, iter_rows
+from kb_retrieval.indexing.milvus import connect, ensure_collection, ensure_side_collection, iter_rows
+from kb_retrieval.indexing.static_embed import STATIC_DIM, load_static_embedder
 from kb_retrieval.knowledge.loader import load_knowledge_base
 from tests.indexing.test_ingest import DOC_A, DOC_B, write_kb
 
@@ -75,7 +80,7 @@ def doc_rows(settings: Settings) -> dict[str, dict]:
     return {r["source"]: r for r in iter_rows(client, settings, fields, collection=name)}
 
 
-def test_ingest_writes_three_vectors_per_document_and_nothing_twice(tmp_path, settings, embed_model):
+def test_ingest_writes_four_vectors_per_document_and_nothing_twice(tmp_path, settings, embed_model):
     a = write_kb(tmp_path / "a", {"redis/memory.md": DOC_A, "mysql/lag.md": DOC_B})
     b = write_kb(tmp_path / "b", {"kubernetes/KubeQuotaAlmostFull.md": RUNBOOK})
     ingest([a], settings, embed_model=embed_model)
@@ -83,8 +88,12 @@ def test_ingest_writes_three_vectors_per_document_and_nothing_twice(tmp_path, se
     rows = doc_rows(settings)
     assert set(rows) == {"redis/memory.md", "mysql/lag.md", "kubernetes/KubeQuotaAlmostFull.md"}
     doc = next(d for d in load_knowledge_base(a).documents if d.source_id == "redis/memory.md")
-    got = np.asarray(rows["redis/memory.md"]["doc_vectors"], dtype=np.float32).reshape(3, -1)  # title|summary|text
+    stored = np.asarray(rows["redis/memory.md"]["doc_vectors"], dtype=np.float32)
+    assert stored.shape == (3 * settings.dim + STATIC_DIM,)
+    got = stored[: 3 * settings.dim].reshape(3, -1)  # title|summary|text, then the static summary
     assert np.allclose(got[:2], embed_texts(embed_model, list(document_texts(doc))), atol=1e-5)
+    static = load_static_embedder().embed([document_texts(doc)[1]])[0]
+    assert np.allclose(stored[3 * settings.dim :], static, atol=1e-6)
     chunks = [
         r for r in iter_rows(connect(settings), settings, ["source", "vector"]) if r["source"] == "redis/memory.md"
     ]
@@ -126,9 +135,10 @@ def test_vectors_read_back_rank_the_right_title(tmp_path, settings, embed_model)
     vectors = DocumentVectors.load_from_milvus(connect(other), other)
     assert vectors.enabled and len(vectors) == 2
     query = embed_query(embed_model, "our namespace quota is nearly used up")
-    sims = vectors.similarities(query, ["redis/memory.md", "kubernetes/KubeQuotaAlmostFull.md", "unknown.md"])
+    text = "our namespace quota is nearly used up"
+    sims = vectors.similarities(query, ["redis/memory.md", "kubernetes/KubeQuotaAlmostFull.md", "unknown.md"], text)
     assert set(sims) == {"redis/memory.md", "kubernetes/KubeQuotaAlmostFull.md"}
-    assert all(-1.0 <= s <= 1.0 for triple in sims.values() for s in triple)
+    assert all(-1.0 <= s <= 1.0 for four in sims.values() for s in four)
     assert all(q > r for q, r in zip(sims["kubernetes/KubeQuotaAlmostFull.md"], sims["redis/memory.md"], strict=True))
 
 
@@ -139,3 +149,22 @@ def test_collection_without_companion_has_document_vectors_off(settings):
     assert not vectors.enabled and len(vectors) == 0
     assert f"'{doc_vectors_collection_name(settings)}'" in (vectors.off_reason or "")
     assert vectors.similarities([0.1] * settings.dim, ["x.md"]) == {}
+
+
+def test_a_companion_of_an_older_layout_is_off_until_ingest_rewrites_it(tmp_path, settings, embed_model):
+    client = connect(settings)
+    ensure_collection(client, settings)
+    name = doc_vectors_collection_name(settings)
+    # As the version before the static vector left it: title|summary|text only.
+    ensure_side_collection(
+        client, settings, name, _doc_vector_fields, vector_field=VECTORS_FIELD, vector_dim=3 * settings.dim
+    )
+    client.insert(name, [{"source": "x.md", "kb": "k", "row_hash": "old", VECTORS_FIELD: [0.1] * 3 * settings.dim}])
+    reason = doc_vectors_off_reason(client, settings) or ""
+    assert f"holds vectors of {3 * settings.dim} values, not {3 * settings.dim + STATIC_DIM}" in reason
+    assert not DocumentVectors.load_from_milvus(client, settings).enabled
+    kb = write_kb(tmp_path / "kb", {"redis/memory.md": DOC_A})
+    ingest([kb], settings, embed_model=embed_model)
+    assert doc_vectors_off_reason(client, settings) is None
+    vectors = DocumentVectors.load_from_milvus(client, settings)
+    assert vectors.enabled and vectors.sources == ["redis/memory.md"]  # the old rows went with the old layout

@@ -9,6 +9,7 @@ import pytest
 
 from kb_retrieval.config import ScoringSettings
 from kb_retrieval.indexing.doc_vectors import DocumentVectors
+from kb_retrieval.indexing.static_embed import StaticEmbedder
 from kb_retrieval.models import L0Hints, QueryTransform
 from kb_retrieval.retrieval.doc_rank import DocumentRanker
 from kb_retrieval.retrieval.evidence import build_evidence_blocks
@@ -51,6 +52,34 @@ def test_the_document_that_matches_as_a_whole_comes_first():
     )
     assert ranked[0].score == pytest.approx(sum(record.ranking.values()))
     assert "l1_document:title 1.000 summary 1.000 text 1.000" in [str(r) for r in record.hit_reasons]
+
+
+class TableStatic(StaticEmbedder):
+    """A static model that knows a few texts' vectors (the real one is in tests/indexing/test_static_embed.py)."""
+
+    def __init__(self, by_text: dict[str, np.ndarray]) -> None:
+        self.by_text = by_text
+
+    def embed(self, texts):
+        return np.stack([self.by_text[t] for t in texts])
+
+
+def test_the_static_model_s_opinion_breaks_a_tie():
+    q = query([1.0, 0.0, 0.0])  # its text is "q"
+    nodes = reranked(cand("b1", "k/b.md", 0.5), cand("a1", "k/a.md", 0.5), q=q)
+    same = (E2, E2, E2)
+    both = DocumentVectors(
+        {"k/a.md": np.stack(same), "k/b.md": np.stack(same)},
+        static={"k/a.md": E1, "k/b.md": E2},
+        static_model=TableStatic({"q": E1}),
+    )
+    ranked = DocumentRanker(vectors=both).postprocess_nodes(nodes, query_bundle=q)
+    assert [stage_of(n).candidate.source for n in ranked] == ["k/a.md", "k/b.md"]
+    top, other = (stage_of(n).rerank for n in ranked)
+    assert top is not None and other is not None
+    assert top.ranking["doc_static"] == pytest.approx(ScoringSettings().rank_static_summary)
+    assert "doc_static" not in other.ranking  # similarity 0: nothing to record
+    assert "l1_document:title 0.000 summary 0.000 text 0.000 static 1.000" in [str(r) for r in top.hit_reasons]
 
 
 def test_boosts_count_with_their_ranking_weights():
