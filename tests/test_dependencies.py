@@ -166,6 +166,7 @@ def test_no_runtime_requirement_goes_unused():
         "milvus-lite": "the embedded Milvus engine pymilvus starts for a local URI",
         "onnx": "the ONNX export of the query encoder (torch.onnx needs it)",
         "pystemmer": "imported as Stemmer",
+        "wordllama": "the static model's token table and tokenizer files (read by path: static_embed.py)",
     }
     direct = {_norm(requirement.name) for requirement in _project_requirements(None)}
     imported = {dist for _, dist in _imports()}
