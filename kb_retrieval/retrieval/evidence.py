@@ -16,7 +16,8 @@ dispatcher = get_dispatcher(__name__)
 def build_evidence_blocks(
     nodes: list[NodeWithScore], *, evidence_threshold: float, max_blocks: int, follow_ranking: bool = True
 ) -> list[EvidenceBlock]:
-    """Blocks for the nodes whose evidence score reaches ``evidence_threshold``, in rerank order.
+    """Blocks for the nodes that are evidence (evidence score at ``evidence_threshold``, or a rare exact identifier
+    of the query in the chunk), in rerank order, led by the nodes ranked above the first of them (``follow_ranking``).
 
     The evidence score is the L1 similarity plus the boosts of L0 hints that this L1 candidate matched: an L1 chunk
     corroborated by an exact alert-name or title match is usable at a lower similarity. The content always comes
