@@ -10,7 +10,11 @@ and sibling runbooks differ mostly in their titles. So every document also gets
   it ranked as well as embedding the whole text, which the model reads only to its first 256 word pieces);
 - a **static summary** vector: the summary text again, by a second, static model
   (:mod:`kb_retrieval.indexing.static_embed`, 256 dims), a second opinion where the first model's similarities of
-  sibling runbooks are a few hundredths apart.
+  sibling runbooks are a few hundredths apart;
+- its **title** and its **terms** (the distinct words of its title and text) as text: a lookup counts in how many
+  documents each word occurs (:class:`~kb_retrieval.indexing.static_embed.TermWeights`) and compares the query with
+  each title by the static model, words weighted by their rarity, so that a word every document shares ("Prometheus"
+  in the Prometheus docs, "Kube" in the Kubernetes runbooks) says little about which one a question is about.
 
 Ingest writes one row per document into the companion collection ``<collection>_docs`` the way it writes the L0
 index (:mod:`kb_retrieval.indexing.l0_index`): keyed by source, only what changed, only rows of the folders it
@@ -20,7 +24,7 @@ ingests deleted. A lookup holds them in memory (a few KB per document) and the
 Example:
     >>> vectors = DocumentVectors.load_from_milvus(connect(settings), settings)  # doctest: +SKIP
     >>> vectors.similarities([0.1] * 384, ["runbooks/KubePodCrashLooping.md"])  # doctest: +SKIP
-    {'runbooks/KubePodCrashLooping.md': (0.61, 0.58, 0.55, 0.0)}
+    {'runbooks/KubePodCrashLooping.md': (0.61, 0.58, 0.55, 0.0, 0.0)}
 """
 
 from __future__ import annotations
@@ -45,7 +49,14 @@ from kb_retrieval.indexing.milvus import (
     ensure_side_collection,
     iter_rows,
 )
-from kb_retrieval.indexing.static_embed import STATIC_DIM, STATIC_MODEL, StaticEmbedder, load_static_embedder
+from kb_retrieval.indexing.static_embed import (
+    STATIC_DIM,
+    STATIC_MODEL,
+    StaticEmbedder,
+    TermWeights,
+    load_static_embedder,
+    term_words,
+)
 from kb_retrieval.knowledge.loader import KbDocument, LoadedKnowledgeBase
 from kb_retrieval.knowledge.text import heading, is_fence
 from kb_retrieval.retrieval.filters import in_expr
@@ -53,13 +64,19 @@ from kb_retrieval.retrieval.filters import in_expr
 #: Suffix of the companion collection holding the document vectors of ``<collection>``.
 DOC_VECTORS_SUFFIX = "_docs"
 #: How a document becomes its vectors; a change re-embeds every document on the next ingest.
-DOC_VECTORS_VERSION = 3
+DOC_VECTORS_VERSION = 4
 #: The embedding model's three vectors of a document, in this order everywhere (the stored vector, arrays,
 #: similarities); the static summary vector follows them.
 KINDS = ("title", "summary", "text")
 #: One FLOAT_VECTOR field of 3 x dim + 256 holds them end to end: a Milvus 2.3 server allows one vector field per
 #: collection (:func:`~kb_retrieval.indexing.milvus.ensure_side_collection`); it is read, never searched.
 VECTORS_FIELD = "doc_vectors"
+#: The readable title and the distinct words of the document (space-separated, in order of first use).
+TITLE_FIELD = "title"
+TERMS_FIELD = "terms"
+#: A document's terms past this many UTF-8 bytes are left out (Milvus' VARCHAR limit; a 17 KB page has ~2,000).
+TERMS_MAX_BYTES = 65535
+TITLE_MAX_BYTES = 1024
 SUMMARY_WORDS = 60
 WRITE_BATCH = 200
 #: Documents whose chunk vectors one query reads (their chunks must fit Milvus' query window).
@@ -102,6 +119,19 @@ def document_texts(doc: KbDocument) -> tuple[str, str]:
     return title, f"{title}: {opening_words(doc.body)}"
 
 
+def document_terms(doc: KbDocument) -> str:
+    """The distinct words of the document's title and text in order of first use, as far as ``TERMS_MAX_BYTES``."""
+    return _fit(" ".join(dict.fromkeys(term_words(f"{readable_title(doc.title)} {doc.body}"))), TERMS_MAX_BYTES)
+
+
+def _fit(text: str, limit: int) -> str:
+    """``text`` cut at its last space within ``limit`` UTF-8 bytes (whole words only)."""
+    data = text.encode()
+    if len(data) <= limit:
+        return text
+    return data[:limit].decode(errors="ignore").rsplit(" ", 1)[0]
+
+
 def doc_vectors_collection_name(settings: Settings) -> str:
     return settings.collection + DOC_VECTORS_SUFFIX
 
@@ -111,10 +141,15 @@ def stored_dim(settings: Settings) -> int:
     return len(KINDS) * settings.dim + STATIC_DIM
 
 
-def _companion_dim(client: MilvusClient, name: str) -> int | None:
-    for field in client.describe_collection(name)["fields"]:
-        if field["name"] == VECTORS_FIELD:
-            return int((field.get("params") or {}).get("dim", 0))
+def _older_layout(client: MilvusClient, name: str, settings: Settings) -> str | None:
+    """How a companion with our vector field differs from this version's layout (another vector length, or no
+    title and terms), or None."""
+    fields = {f["name"]: f for f in client.describe_collection(name)["fields"]}
+    dim = int((fields[VECTORS_FIELD].get("params") or {}).get("dim", 0)) if VECTORS_FIELD in fields else None
+    if dim is not None and dim != stored_dim(settings):
+        return f"collection '{name}' holds vectors of {dim} values, not {stored_dim(settings)}: an older layout"
+    if missing := sorted({TITLE_FIELD, TERMS_FIELD} - set(fields)):
+        return f"collection '{name}' lacks fields {', '.join(missing)}: an older layout"
     return None
 
 
@@ -132,14 +167,17 @@ def _doc_vector_fields(schema: Any) -> None:
     schema.add_field("source", DataType.VARCHAR, is_primary=True, max_length=VARCHAR_LIMITS["source"])
     schema.add_field("kb", DataType.VARCHAR, max_length=_KB_MAX_BYTES)
     schema.add_field("row_hash", DataType.VARCHAR, max_length=64)
+    schema.add_field(TITLE_FIELD, DataType.VARCHAR, max_length=TITLE_MAX_BYTES)
+    schema.add_field(TERMS_FIELD, DataType.VARCHAR, max_length=TERMS_MAX_BYTES)
 
 
 def ensure_doc_vectors_collection(client: MilvusClient, settings: Settings) -> str:
     """Create the companion collection when missing, and load it; returns its name. A companion of another layout
-    (written by an older kb-retrieval: another vector length) is dropped first: it is derived data, and every row
-    of it would be rewritten anyway (its row hashes name the older version)."""
+    (written by an older kb-retrieval: another vector length, or no title and terms) is dropped first: it is derived
+    data, and every row of it would be rewritten anyway (its row hashes name the older version)."""
     name = doc_vectors_collection_name(settings)
-    if client.has_collection(name) and _companion_dim(client, name) not in (None, stored_dim(settings)):
+    ours = client.has_collection(name) and companion_problem(client, name, {VECTORS_FIELD}) is None
+    if ours and _older_layout(client, name, settings):
         client.drop_collection(name)
     ensure_side_collection(
         client, settings, name, _doc_vector_fields, vector_field=VECTORS_FIELD, vector_dim=stored_dim(settings)
@@ -150,9 +188,7 @@ def ensure_doc_vectors_collection(client: MilvusClient, settings: Settings) -> s
 def doc_vectors_off_reason(client: MilvusClient, settings: Settings) -> str | None:
     """Why the collection has no usable document vectors (no or a foreign companion), or None."""
     name = doc_vectors_collection_name(settings)
-    problem = companion_problem(client, name, {"source", VECTORS_FIELD})
-    if problem is None and (dim := _companion_dim(client, name)) != stored_dim(settings):
-        problem = f"collection '{name}' holds vectors of {dim} values, not {stored_dim(settings)}: an older layout"
+    problem = companion_problem(client, name, {"source", VECTORS_FIELD}) or _older_layout(client, name, settings)
     if problem is None:
         return None
     return (
@@ -202,6 +238,8 @@ def write_doc_vectors(
                 "source": doc.source_id,
                 "kb": kb_id,
                 "row_hash": row_hash,
+                TITLE_FIELD: _fit(texts[j][0], TITLE_MAX_BYTES),
+                TERMS_FIELD: document_terms(doc),
                 VECTORS_FIELD: np.concatenate([v[j] for v in vectors]).tolist(),
             }
             for j, (doc, kb_id, row_hash) in enumerate(batch)
@@ -236,7 +274,8 @@ def _chunk_means(client: MilvusClient, settings: Settings, docs: Sequence[KbDocu
 
 class DocumentVectors:
     """The document vectors of a collection, in memory: source -> a (3, dim) array (title, summary, text) and,
-    with a ``static_model``, source -> its static summary vector.
+    with a ``static_model``, source -> its static summary vector and, given ``titles`` and ``terms``, its title by
+    the static model with words weighted by their rarity among the documents' terms.
 
     ``enabled`` is False, with the reason in ``off_reason``, for a collection without the companion (written by
     another tool or by a kb-retrieval from before document vectors) or with one of an older layout.
@@ -249,6 +288,8 @@ class DocumentVectors:
         *,
         static: dict[str, np.ndarray] | None = None,
         static_model: StaticEmbedder | None = None,
+        titles: Mapping[str, str] | None = None,
+        terms: Mapping[str, str] | None = None,
     ) -> None:
         self.sources = sorted(vectors or {})
         self.position = {source: i for i, source in enumerate(self.sources)}
@@ -258,6 +299,13 @@ class DocumentVectors:
         )
         self.static_model = static_model if static else None
         self.static = np.stack([static[s] for s in self.sources]) if static and self.sources else None
+        self.term_weights: TermWeights | None = None
+        self.static_titles: np.ndarray | None = None
+        if self.static_model is not None and titles is not None and terms is not None and self.sources:
+            self.term_weights = TermWeights(terms.get(s, "").split() for s in self.sources)
+            self.static_titles = self.static_model.embed_weighted(
+                [titles.get(s, "") for s in self.sources], self.term_weights
+            )
         self.off_reason = off_reason
 
     @property
@@ -276,27 +324,42 @@ class DocumentVectors:
         model_part = len(KINDS) * settings.dim
         vectors: dict[str, np.ndarray] = {}
         static: dict[str, np.ndarray] = {}
-        for row in iter_rows(client, settings, ["source", VECTORS_FIELD], collection=name):
+        titles: dict[str, str] = {}
+        terms: dict[str, str] = {}
+        fields = ["source", TITLE_FIELD, TERMS_FIELD, VECTORS_FIELD]
+        for row in iter_rows(client, settings, fields, collection=name):
+            source = row["source"]
             stored = np.asarray(row[VECTORS_FIELD], dtype=np.float32)
-            vectors[row["source"]] = normalise(stored[:model_part].reshape(len(KINDS), -1))
-            static[row["source"]] = normalise(stored[np.newaxis, model_part:])[0]
-        return cls(vectors, static=static, static_model=load_static_embedder() if static else None)
+            vectors[source] = normalise(stored[:model_part].reshape(len(KINDS), -1))
+            static[source] = normalise(stored[np.newaxis, model_part:])[0]
+            titles[source], terms[source] = row[TITLE_FIELD], row[TERMS_FIELD]
+        return cls(
+            vectors,
+            static=static,
+            static_model=load_static_embedder() if static else None,
+            titles=titles,
+            terms=terms,
+        )
 
     def similarities(
         self, query: Sequence[float], sources: Sequence[str], query_text: str | None = None
-    ) -> dict[str, tuple[float, float, float, float]]:
+    ) -> dict[str, tuple[float, float, float, float, float]]:
         """Cosine similarity of the (normalised) query to each known source's title, summary and text vectors, and
-        of ``query_text`` by the static model to its static summary vector (0.0 without a text or static vectors);
-        sources without vectors are left out."""
+        of ``query_text`` by the static model to its static summary vector and, words weighted by rarity, to its
+        static title vector (0.0 without a text or those vectors); sources without vectors are left out."""
         known = [s for s in dict.fromkeys(sources) if s in self.position]
         if not known:
             return {}
         rows = [self.position[s] for s in known]
         sims = self.matrix[rows] @ normalise([query])[0]
         static = np.zeros(len(known), dtype=np.float32)
+        static_title = np.zeros(len(known), dtype=np.float32)
         if self.static is not None and self.static_model is not None and query_text:
             static = self.static[rows] @ self.static_model.embed([query_text])[0]
+            if self.static_titles is not None and self.term_weights is not None:
+                weighted = self.static_model.embed_weighted([query_text], self.term_weights)[0]
+                static_title = self.static_titles[rows] @ weighted
         return {
-            s: (float(row[0]), float(row[1]), float(row[2]), float(st))
-            for s, row, st in zip(known, sims, static, strict=True)
+            s: (float(row[0]), float(row[1]), float(row[2]), float(st), float(tt))
+            for s, row, st, tt in zip(known, sims, static, static_title, strict=True)
         }

@@ -11,6 +11,11 @@ nothing is downloaded. The package itself is not imported: its loader looks for 
 the wheel does not use and then fetches it from the Hugging Face hub, and importing it configures the root logger.
 This module computes what ``WordLlamaInference.embed(texts, norm=True)`` computes (tested against it).
 
+A mean of word pieces weighs every word alike, so in a knowledge base about Prometheus the word "Prometheus" pulls
+"Getting started with Prometheus" towards every question that names it. :meth:`StaticEmbedder.embed_weighted` sums
+word vectors weighted by how rare each word is in the knowledge base (:class:`TermWeights`, its inverse document
+frequency): the classic weighted average of word vectors, which a static model allows and a transformer does not.
+
 Example:
     >>> model = load_static_embedder()  # doctest: +SKIP
     >>> model.embed(["network interface transmit errors"]).shape  # doctest: +SKIP
@@ -20,7 +25,10 @@ Example:
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Sequence
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -35,6 +43,14 @@ _PACKAGE = "wordllama"
 _WEIGHTS = Path("weights") / "l2_supercat_256.safetensors"
 _TOKENIZER = Path("tokenizers") / "l2_supercat_tokenizer_config.json"
 _TENSOR = "embedding.weight"
+_WORD = re.compile(r"[^\W_]+")
+#: Word vectors kept per embedder (a query's words are mostly seen before); past this the cache starts again.
+_WORD_CACHE_LIMIT = 200_000
+
+
+def term_words(text: str) -> list[str]:
+    """A text's words as the weighted embedding counts them: runs of letters and digits, lower-cased."""
+    return _WORD.findall(text.lower())
 
 
 class StaticModelMissingError(RuntimeError):
@@ -63,6 +79,48 @@ class StaticEmbedder:
                 out[row] = self.table[np.clip(np.asarray(encoding.ids), 0, top)].mean(axis=0)
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return out / np.where(norms == 0, 1.0, norms)
+
+    def embed_weighted(self, texts: Sequence[str], weight: Callable[[str], float]) -> np.ndarray:
+        """An (n, dim) float32 array of unit rows: each text's words (:func:`term_words`, repeats counted), every
+        word's own vector (the normalised mean of its word pieces) times ``weight(word)``, summed."""
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            counts = Counter(term_words(text))
+            if counts:
+                words = sorted(counts)
+                vectors = self._word_vectors(words)
+                out[row] = np.asarray([counts[w] * weight(w) for w in words], dtype=np.float32) @ vectors
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.where(norms == 0, 1.0, norms)
+
+    def _word_vectors(self, words: Sequence[str]) -> np.ndarray:
+        cache: dict[str, np.ndarray] = self.__dict__.setdefault("_word_cache", {})
+        if missing := [w for w in words if w not in cache]:
+            if len(cache) + len(missing) > _WORD_CACHE_LIMIT:
+                cache.clear()
+            cache.update(zip(missing, self.embed(missing), strict=True))
+        return np.stack([cache[w] for w in words])
+
+
+class TermWeights:
+    """How rare each word is in a knowledge base: ``log((N + 1) / (df + 0.5))`` for a word in ``df`` of its ``N``
+    documents (a word it never uses weighs most; none weighs 0 or less).
+
+    Example:
+        >>> weights = TermWeights([["prometheus", "overview"], ["prometheus", "pushing"]])
+        >>> weights("prometheus") < weights("pushing") < weights("unseen")
+        True
+    """
+
+    def __init__(self, documents: Iterable[Iterable[str]]) -> None:
+        self.df: Counter[str] = Counter()
+        self.documents = 0
+        for terms in documents:
+            self.df.update(set(terms))
+            self.documents += 1
+
+    def __call__(self, word: str) -> float:
+        return math.log((self.documents + 1) / (self.df.get(word, 0) + 0.5))
 
 
 def static_model_files() -> tuple[Path, Path]:

@@ -12,14 +12,17 @@ mostly in their titles. :class:`DocumentRanker` scores each document with one li
 | doc_text    | ... to the mean of its chunk vectors                | ``rank_text`` 1.5                      |
 | doc_static  | the static model's similarity of the query to the   | ``rank_static_summary`` 0.5            |
 |             | title + opening section (a second model's opinion)  |                                        |
+| doc_static_ | ... of the query to the title, both with words      | ``rank_static_title`` 0.75             |
+| title       | weighted by their rarity in the knowledge base      |                                        |
 | chunk       | the best chunk's similarity                         | ``rank_chunk`` 0                       |
 | lexical ... | the boosts: lexical, title_terms, l0, doc_focus,    | ``rank_lexical`` 0.3, ``_title_terms`` |
 |             | exact_match                                         | 2.2, ``_l0`` 1.7, ``_doc_focus`` 0.05, |
 |             |                                                     | ``_exact_match`` 1                     |
 
 (``l0`` is the sum of the L0 boosts: title, keyword, entity, category, breadcrumb, content.) The weights were fitted
-on the public golden sets and rounded (see ``ScoringSettings``). The contributions are recorded on the node
-(``RerankRecord.ranking``, summing to its score) and the document similarities as an ``l1_document`` hit reason.
+on the public golden sets and rounded, but the weighted title's, set to the title vector's (see ``ScoringSettings``).
+The contributions are recorded on the node (``RerankRecord.ranking``, summing to its score) and the document
+similarities as an ``l1_document`` hit reason.
 It orders, it never makes a lookup find: whether the knowledge base answers is still judged on the chunks (the
 evidence score); once it does, the documents ranked above the first one at the threshold lead the evidence blocks
 (``build_evidence_blocks``).
@@ -84,7 +87,7 @@ class DocumentRanker(BaseNodePostprocessor):
             return nodes
         w = self.weights
         for node, stage in zip(nodes, stages, strict=True):
-            title, summary, text, static = sims[stage.candidate.source]
+            title, summary, text, static, static_title = sims[stage.candidate.source]
             record = stage.rerank
             if record is None:
                 base = stage.candidate.similarity
@@ -95,6 +98,7 @@ class DocumentRanker(BaseNodePostprocessor):
                 "doc_summary": summary,
                 "doc_text": text,
                 "doc_static": static,
+                "doc_static_title": static_title,
                 "chunk": record.base_score,
                 "lexical": boosts.get(Boost.LEXICAL.value, 0.0),
                 "title_terms": boosts.get(Boost.TITLE_TERMS.value, 0.0),
@@ -106,6 +110,8 @@ class DocumentRanker(BaseNodePostprocessor):
             detail = f"title {title:.3f} summary {summary:.3f} text {text:.3f}"
             if vectors.static_model is not None:
                 detail += f" static {static:.3f}"
+            if vectors.static_titles is not None:
+                detail += f" weighted title {static_title:.3f}"
             record.hit_reasons.append(HitReason(kind=HitKind.L1_DOCUMENT, detail=detail))
             node.score = round(sum(record.ranking.values()), 6)
             write_stage(node, stage)

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from pymilvus import DataType
 
 from kb_retrieval.config import Settings
 from kb_retrieval.indexing.doc_vectors import (
+    TERMS_MAX_BYTES,
     VECTORS_FIELD,
     DocumentVectors,
-    _doc_vector_fields,
     doc_vectors_collection_name,
     doc_vectors_off_reason,
+    document_terms,
     document_texts,
     opening_words,
     readable_title,
@@ -72,11 +74,22 @@ def test_summary_is_the_title_and_the_opening_section_only(tmp_path):
     )
 
 
+def test_a_document_s_terms_are_its_distinct_words_as_far_as_the_field_holds(tmp_path):
+    words = [f"word{i:05d}" for i in range(9000)]  # ~90 KB of distinct words
+    body = "# Big\n\n" + " ".join(words + words[:10])
+    kb = write_kb(tmp_path / "kb", {"big.md": "---\ntitle: Big page\n---\n" + body})
+    terms = document_terms(load_knowledge_base(kb).documents[0])
+    assert len(terms.encode()) <= TERMS_MAX_BYTES
+    kept = terms.split()
+    assert kept == ["big", "page", *words[: len(kept) - 2]]  # whole words, in order of first use, none twice
+    assert len(kept) > 5000
+
+
 def doc_rows(settings: Settings) -> dict[str, dict]:
     client = connect(settings)
     name = doc_vectors_collection_name(settings)
     client.load_collection(name)
-    fields = ["source", "kb", "row_hash", "doc_vectors"]
+    fields = ["source", "kb", "row_hash", "title", "terms", "doc_vectors"]
     return {r["source"]: r for r in iter_rows(client, settings, fields, collection=name)}
 
 
@@ -94,6 +107,11 @@ def test_ingest_writes_four_vectors_per_document_and_nothing_twice(tmp_path, set
     assert np.allclose(got[:2], embed_texts(embed_model, list(document_texts(doc))), atol=1e-5)
     static = load_static_embedder().embed([document_texts(doc)[1]])[0]
     assert np.allclose(stored[3 * settings.dim :], static, atol=1e-6)
+    quota = rows["kubernetes/KubeQuotaAlmostFull.md"]
+    assert quota["title"] == "Kube Quota Almost Full"  # what the weighted title similarity reads
+    terms = quota["terms"].split()
+    assert terms[:5] == ["kube", "quota", "almost", "full", "kubequotaalmostfull"] and len(terms) == len(set(terms))
+    assert {"cluster", "namespace", "deployments", "yaml"} <= set(terms)
     chunks = [
         r for r in iter_rows(connect(settings), settings, ["source", "vector"]) if r["source"] == "redis/memory.md"
     ]
@@ -151,17 +169,32 @@ def test_collection_without_companion_has_document_vectors_off(settings):
     assert vectors.similarities([0.1] * settings.dim, ["x.md"]) == {}
 
 
-def test_a_companion_of_an_older_layout_is_off_until_ingest_rewrites_it(tmp_path, settings, embed_model):
+def _version_3_fields(schema) -> None:
+    """The companion's scalar fields before titles and terms were kept."""
+    for name, length in (("source", 1024), ("kb", 4096), ("row_hash", 64)):
+        schema.add_field(name, DataType.VARCHAR, max_length=length, is_primary=name == "source")
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        pytest.param((_version_3_fields, 3), id="before-the-static-vector"),
+        pytest.param((_version_3_fields, None), id="before-titles-and-terms"),
+    ],
+)
+def test_a_companion_of_an_older_layout_is_off_until_ingest_rewrites_it(tmp_path, settings, embed_model, layout):
+    fields, kinds = layout
     client = connect(settings)
     ensure_collection(client, settings)
     name = doc_vectors_collection_name(settings)
-    # As the version before the static vector left it: title|summary|text only.
-    ensure_side_collection(
-        client, settings, name, _doc_vector_fields, vector_field=VECTORS_FIELD, vector_dim=3 * settings.dim
-    )
-    client.insert(name, [{"source": "x.md", "kb": "k", "row_hash": "old", VECTORS_FIELD: [0.1] * 3 * settings.dim}])
+    dim = kinds * settings.dim if kinds else 3 * settings.dim + STATIC_DIM
+    ensure_side_collection(client, settings, name, fields, vector_field=VECTORS_FIELD, vector_dim=dim)
+    client.insert(name, [{"source": "x.md", "kb": "k", "row_hash": "old", VECTORS_FIELD: [0.1] * dim}])
     reason = doc_vectors_off_reason(client, settings) or ""
-    assert f"holds vectors of {3 * settings.dim} values, not {3 * settings.dim + STATIC_DIM}" in reason
+    if kinds:  # title|summary|text only
+        assert f"holds vectors of {dim} values, not {3 * settings.dim + STATIC_DIM}: an older layout" in reason
+    else:
+        assert f"collection '{name}' lacks fields terms, title: an older layout" in reason
     assert not DocumentVectors.load_from_milvus(client, settings).enabled
     kb = write_kb(tmp_path / "kb", {"redis/memory.md": DOC_A})
     ingest([kb], settings, embed_model=embed_model)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from safetensors.numpy import load_file
@@ -11,8 +13,10 @@ from kb_retrieval.indexing import static_embed
 from kb_retrieval.indexing.static_embed import (
     STATIC_DIM,
     StaticModelMissingError,
+    TermWeights,
     load_static_embedder,
     static_model_files,
+    term_words,
 )
 
 TEXTS = [
@@ -49,3 +53,36 @@ def test_a_missing_package_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(static_embed.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(StaticModelMissingError, match=r"needs the package 'wordllama'.*not installed"):
         static_model_files()
+
+
+def test_weighted_embedding_sums_word_vectors_by_weight():
+    model = load_static_embedder()
+    weights = {"disk": 2.0, "full": 0.5}
+    got = model.embed_weighted(["Disk full, disk!", ""], lambda word: weights[word])
+    disk, full = model.embed(["disk", "full"])
+    expected = 2 * 2.0 * disk + 0.5 * full  # "disk" twice
+    assert np.allclose(got[0], expected / np.linalg.norm(expected), atol=1e-6)
+    assert not got[1].any()  # no words: a zero row
+
+
+def test_term_weights_are_rarity_among_documents():
+    weights = TermWeights([["a", "b"], ["a", "c", "c"], ["a"]])
+    assert weights("b") == pytest.approx(math.log(4 / 1.5))
+    assert 0 < weights("a") < weights("b") == weights("c") < weights("never-seen")
+    assert term_words("KubeQuota_almost-full 93%") == ["kubequota", "almost", "full", "93"]
+
+
+def test_a_word_every_document_shares_stops_deciding_which_title_a_question_is_about():
+    titles = {
+        "Getting started with Prometheus": "install run prometheus scrape targets",
+        "Comparison to alternatives": "prometheus graphite influxdb storage",
+        "Pushing metrics": "prometheus pushgateway batch jobs",
+        "Alerting": "prometheus alertmanager alerts rules",
+    }
+    model = load_static_embedder()
+    weights = TermWeights(term_words(f"{title} {text}") for title, text in titles.items())
+    question = "How does Prometheus compare against other monitoring systems?"
+    plain = model.embed(list(titles)) @ model.embed([question])[0]
+    weighted = model.embed_weighted(list(titles), weights) @ model.embed_weighted([question], weights)[0]
+    assert list(titles)[int(np.argmax(plain))] == "Getting started with Prometheus"  # the shared word decides
+    assert list(titles)[int(np.argmax(weighted))] == "Comparison to alternatives"

@@ -60,6 +60,10 @@ class TableStatic(StaticEmbedder):
     def __init__(self, by_text: dict[str, np.ndarray]) -> None:
         self.by_text = by_text
 
+    @property
+    def dim(self) -> int:
+        return 3
+
     def embed(self, texts):
         return np.stack([self.by_text[t] for t in texts])
 
@@ -80,6 +84,29 @@ def test_the_static_model_s_opinion_breaks_a_tie():
     assert top.ranking["doc_static"] == pytest.approx(ScoringSettings().rank_static_summary)
     assert "doc_static" not in other.ranking  # similarity 0: nothing to record
     assert "l1_document:title 0.000 summary 0.000 text 0.000 static 1.000" in [str(r) for r in top.hit_reasons]
+
+
+def test_the_weighted_title_breaks_a_tie_on_the_word_the_documents_do_not_all_share():
+    q = query([1.0, 0.0, 0.0])  # its text is "q"
+    nodes = reranked(cand("b1", "k/b.md", 0.5), cand("a1", "k/a.md", 0.5), q=q)
+    same = np.stack((E2, E2, E2))
+    model = TableStatic({"q": E1, "acme": E1, "alpha": E1, "beta": E2})
+    both = DocumentVectors(
+        {"k/a.md": same, "k/b.md": same},
+        static={"k/a.md": E3, "k/b.md": E3},
+        static_model=model,
+        titles={"k/a.md": "Acme alpha", "k/b.md": "Acme beta"},
+        terms={"k/a.md": "acme alpha", "k/b.md": "acme beta"},
+    )
+    assert both.term_weights is not None and both.term_weights("acme") < both.term_weights("alpha")
+    ranked = DocumentRanker(vectors=both).postprocess_nodes(nodes, query_bundle=q)
+    assert [stage_of(n).candidate.source for n in ranked] == ["k/a.md", "k/b.md"]
+    top, other = (stage_of(n).rerank for n in ranked)
+    assert top is not None and other is not None
+    # "Acme" is in both titles and weighs less than "alpha": a's title is nearer E1 than b's.
+    assert top.ranking["doc_static_title"] > other.ranking["doc_static_title"] > 0
+    assert top.ranking["doc_static_title"] <= ScoringSettings().rank_static_title
+    assert any("weighted title" in str(r) for r in top.hit_reasons)
 
 
 def test_boosts_count_with_their_ranking_weights():
