@@ -201,3 +201,23 @@ def test_a_companion_of_an_older_layout_is_off_until_ingest_rewrites_it(tmp_path
     assert doc_vectors_off_reason(client, settings) is None
     vectors = DocumentVectors.load_from_milvus(client, settings)
     assert vectors.enabled and vectors.sources == ["redis/memory.md"]  # the old rows went with the old layout
+
+
+def test_titles_and_terms_read_back_weigh_a_word_every_document_shares_least(tmp_path, settings, embed_model):
+    pages = {
+        "start.md": ("Getting started with Acme", "Install Acme, run Acme and point Acme at its first targets."),
+        "compare.md": ("Comparison to alternatives", "How Acme differs from Graphite and InfluxDB in storage."),
+        "push.md": ("Pushing metrics", "Acme pulls; short-lived batch jobs push to a gateway instead."),
+    }
+    docs = {name: f"---\ntitle: {title}\n---\n# {title}\n\n{text}\n" for name, (title, text) in pages.items()}
+    ingest([write_kb(tmp_path / "kb", docs)], settings, embed_model=embed_model)
+    other = Settings(state_dir=tmp_path / "b", milvus_uri=settings.resolved_milvus_uri())
+    vectors = DocumentVectors.load_from_milvus(connect(other), other)
+    weights = vectors.term_weights
+    assert weights is not None and weights.documents == 3
+    assert weights("acme") < weights("graphite") < weights("never-used")
+    question = "How does Acme compare with other tools?"
+    sims = vectors.similarities(embed_query(embed_model, question), sorted(docs), question)
+    weighted_title = {source: five[4] for source, five in sims.items()}
+    assert max(weighted_title, key=weighted_title.__getitem__) == "compare.md"
+    assert weighted_title["start.md"] < weighted_title["compare.md"] - 0.1
