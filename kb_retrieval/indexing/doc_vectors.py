@@ -55,10 +55,9 @@ from kb_retrieval.indexing.static_embed import (
     StaticEmbedder,
     TermWeights,
     load_static_embedder,
-    term_words,
 )
 from kb_retrieval.knowledge.loader import KbDocument, LoadedKnowledgeBase
-from kb_retrieval.knowledge.text import heading, is_fence
+from kb_retrieval.knowledge.text import cut_to_bytes, heading, is_fence, words
 from kb_retrieval.retrieval.filters import in_expr
 
 #: Suffix of the companion collection holding the document vectors of ``<collection>``.
@@ -121,15 +120,13 @@ def document_texts(doc: KbDocument) -> tuple[str, str]:
 
 def document_terms(doc: KbDocument) -> str:
     """The distinct words of the document's title and text in order of first use, as far as ``TERMS_MAX_BYTES``."""
-    return _fit(" ".join(dict.fromkeys(term_words(f"{readable_title(doc.title)} {doc.body}"))), TERMS_MAX_BYTES)
+    return _fit(" ".join(dict.fromkeys(words(f"{readable_title(doc.title)} {doc.body}"))), TERMS_MAX_BYTES)
 
 
 def _fit(text: str, limit: int) -> str:
     """``text`` cut at its last space within ``limit`` UTF-8 bytes (whole words only)."""
-    data = text.encode()
-    if len(data) <= limit:
-        return text
-    return data[:limit].decode(errors="ignore").rsplit(" ", 1)[0]
+    cut = cut_to_bytes(text, limit)
+    return cut if cut == text else cut.rsplit(" ", 1)[0]
 
 
 def doc_vectors_collection_name(settings: Settings) -> str:

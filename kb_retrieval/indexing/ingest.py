@@ -49,6 +49,7 @@ from kb_retrieval.knowledge.loader import (
     SkippedFile,
     load_knowledge_base,
 )
+from kb_retrieval.knowledge.text import cut_to_bytes
 from kb_retrieval.retrieval.lexical import analysed_text, lexical_document
 
 
@@ -348,9 +349,7 @@ def _row(
 
 def _fit_varchar(text: str) -> str:
     """``text`` cut (at a character boundary) to fit a VARCHAR field of the content limit."""
-    if len(text.encode()) > VARCHAR_LIMITS["content"] - 16:
-        return text.encode()[: VARCHAR_LIMITS["content"] - 16].decode("utf-8", "ignore")
-    return text
+    return cut_to_bytes(text, VARCHAR_LIMITS["content"] - 16)
 
 
 def _delete(client: Any, settings: Settings, ids: list[str]) -> None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
@@ -36,6 +35,8 @@ import numpy as np
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
+from kb_retrieval.knowledge.text import words
+
 #: Names the static model in row hashes and traces; a change rewrites every document's vectors.
 STATIC_MODEL = "wordllama:l2_supercat_256"
 STATIC_DIM = 256
@@ -43,14 +44,8 @@ _PACKAGE = "wordllama"
 _WEIGHTS = Path("weights") / "l2_supercat_256.safetensors"
 _TOKENIZER = Path("tokenizers") / "l2_supercat_tokenizer_config.json"
 _TENSOR = "embedding.weight"
-_WORD = re.compile(r"[^\W_]+")
 #: Word vectors kept per embedder (a query's words are mostly seen before); past this the cache starts again.
 _WORD_CACHE_LIMIT = 200_000
-
-
-def term_words(text: str) -> list[str]:
-    """A text's words as the weighted embedding counts them: runs of letters and digits, lower-cased."""
-    return _WORD.findall(text.lower())
 
 
 class StaticModelMissingError(RuntimeError):
@@ -81,15 +76,16 @@ class StaticEmbedder:
         return out / np.where(norms == 0, 1.0, norms)
 
     def embed_weighted(self, texts: Sequence[str], weight: Callable[[str], float]) -> np.ndarray:
-        """An (n, dim) float32 array of unit rows: each text's words (:func:`term_words`, repeats counted), every
-        word's own vector (the normalised mean of its word pieces) times ``weight(word)``, summed."""
+        """An (n, dim) float32 array of unit rows: each text's words (:func:`~kb_retrieval.knowledge.text.words`,
+        repeats counted), every word's own vector (the normalised mean of its word pieces) times ``weight(word)``,
+        summed."""
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         for row, text in enumerate(texts):
-            counts = Counter(term_words(text))
+            counts = Counter(words(text))
             if counts:
-                words = sorted(counts)
-                vectors = self._word_vectors(words)
-                out[row] = np.asarray([counts[w] * weight(w) for w in words], dtype=np.float32) @ vectors
+                distinct = sorted(counts)
+                vectors = self._word_vectors(distinct)
+                out[row] = np.asarray([counts[w] * weight(w) for w in distinct], dtype=np.float32) @ vectors
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return out / np.where(norms == 0, 1.0, norms)
 

@@ -23,6 +23,12 @@ def words(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text)]
 
 
+def cut_to_bytes(text: str, limit: int) -> str:
+    """``text`` cut (at a character boundary) to at most ``limit`` UTF-8 bytes."""
+    data = text.encode()
+    return text if len(data) <= limit else data[:limit].decode("utf-8", "ignore")
+
+
 def split_camel(identifier: str) -> list[str]:
     """``KubePodCrashLooping`` -> ``['kube', 'pod', 'crash', 'looping']``."""
     return [part.lower() for part in _CAMEL.findall(identifier)]

@@ -16,8 +16,8 @@ from kb_retrieval.indexing.static_embed import (
     TermWeights,
     load_static_embedder,
     static_model_files,
-    term_words,
 )
+from kb_retrieval.knowledge.text import words
 
 TEXTS = [
     "network interface transmit errors",
@@ -69,7 +69,7 @@ def test_term_weights_are_rarity_among_documents():
     weights = TermWeights([["a", "b"], ["a", "c", "c"], ["a"]])
     assert weights("b") == pytest.approx(math.log(4 / 1.5))
     assert 0 < weights("a") < weights("b") == weights("c") < weights("never-seen")
-    assert term_words("KubeQuota_almost-full 93%") == ["kubequota", "almost", "full", "93"]
+    assert words("KubeQuota_almost-full 93%") == ["kubequota", "almost", "full", "93"]
 
 
 def test_a_word_every_document_shares_stops_deciding_which_title_a_question_is_about():
@@ -80,7 +80,7 @@ def test_a_word_every_document_shares_stops_deciding_which_title_a_question_is_a
         "Alerting": "prometheus alertmanager alerts rules",
     }
     model = load_static_embedder()
-    weights = TermWeights(term_words(f"{title} {text}") for title, text in titles.items())
+    weights = TermWeights(words(f"{title} {text}") for title, text in titles.items())
     question = "How does Prometheus compare against other monitoring systems?"
     plain = model.embed(list(titles)) @ model.embed([question])[0]
     weighted = model.embed_weighted(list(titles), weights) @ model.embed_weighted([question], weights)[0]
