@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 VectorStoreMode = Literal["auto", "vectorstore", "sdk"]
+LookupPlan = Literal["auto", "memory", "milvus"]
 Metric = Literal["COSINE", "IP", "L2"]
 #: Milvus state (indexing): the vector index types ingest can build, and the read consistency levels.
 IndexType = Literal["auto", "FLAT", "HNSW", "IVF_FLAT", "AUTOINDEX"]
@@ -323,6 +324,19 @@ class KBSettings(BaseSettings):
     # --- lookup ------------------------------------------------------------------------------------------
     vector_store_mode: VectorStoreMode = Field(
         default="auto", description="'vectorstore' (LlamaIndex MilvusVectorStore), 'sdk' (pymilvus), 'auto'."
+    )
+    lookup_plan: LookupPlan = Field(
+        default="auto",
+        description="Where a lookup searches: 'memory' (a mirror of the collection in this process, read from "
+        "Milvus at start and again when the index version changes; no Milvus call per lookup), 'milvus' (one "
+        "search call per attempt), or 'auto': memory on Milvus Lite when vector_store_mode is 'auto' and the "
+        "collection fits memory_plan_max_mb, else milvus.",
+    )
+    memory_plan_max_mb: float = Field(
+        default=2048.0,
+        gt=0,
+        description="The memory plan's bound: a collection whose mirror would pass it is searched in Milvus "
+        "(about 1 GB per 100k chunks of ~1 KB text with 384-d vectors).",
     )
     l1_enabled: bool = Field(default=True, description="Semantic retrieval; off only for diagnostics.")
     top_k: int = Field(default=20, gt=0, le=200, description="L1 candidates fetched per attempt.")

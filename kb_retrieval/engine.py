@@ -22,6 +22,7 @@ import copy
 import logging
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,7 @@ from kb_retrieval.retrieval.expand import DocumentExpander, SectionStore
 from kb_retrieval.retrieval.hybrid import HybridRetriever, LookupQuery, choose_lexical_mode
 from kb_retrieval.retrieval.l0_hints import L0HintProvider
 from kb_retrieval.retrieval.l1 import L1Retriever, VectorPath, make_path
+from kb_retrieval.retrieval.l1.memory import MemoryMirror, MirrorTooLargeError, choose_plan
 from kb_retrieval.retrieval.lexical import LexicalIndex, lexical_document
 from kb_retrieval.retrieval.query_transform import transform_query
 from kb_retrieval.retrieval.rerank import RuleReranker
@@ -104,7 +106,10 @@ class KnowledgeLookup:
         # torch); a user's own model is used as it is. Nothing here loads torch unless it is the encoder.
         self.query_embed_model = query_encoder(self.settings, embed_model)
         self.embed_model = embed_model or self.query_embed_model
+        custom_path = path is not None
         self.path = path or make_path(self.settings, self.client)
+        # Where searches run: a mirror of the collection in memory (Milvus Lite) or Milvus itself (a server).
+        self.plan, self.plan_reason = choose_plan(self.client, self.settings, custom_path=custom_path)
         # BM25 in Milvus (one hybrid call per attempt) where the collection and the path can, else in process.
         self.lexical_mode, lexical_reason = choose_lexical_mode(self.client, self.settings, self.path)
         if lexical_reason:
@@ -132,19 +137,23 @@ class KnowledgeLookup:
             title_coverage_min=scoring.l0_title_coverage_min,
             title_coverage_limit=scoring.l0_title_coverage_limit,
         )
+        memory = self._load_memory()
         # In milvus_bm25 mode Milvus keeps BM25 (always as fresh as the collection); the scan serves the exact index.
+        # The memory plan has every row already: the same rows serve both, with no second scan.
         needs_scan = self.lexical_mode == "in_process_bm25" or scoring.exact_match_max_df > 0
-        lexical, exact = self._build_lexical() if needs_scan else (None, None)
+        lexical, exact = self._build_lexical(memory.rows if memory else None) if needs_scan else (None, None)
         doc_vectors = (
             DocumentVectors.load_from_milvus(self.client, self.settings) if self.settings.document_ranking else None
         )
         self.index_version, self.l0_off_reason = index.index_version, index.off_reason
         self.l0, self.lexical, self.exact, self.doc_vectors = l0, lexical, exact, doc_vectors
+        self.memory = memory
         self._checked_at = time.monotonic()
         if not hasattr(self, "attempts"):
             self._assemble()
             return
         # A reload swaps the state in the parts already assembled (a lookup in flight keeps what it read).
+        self.dense.memory = memory
         self.hybrid.lexical = lexical
         self.hybrid.exact = exact
         for postprocessor in self.postprocessors:
@@ -152,6 +161,23 @@ class KnowledgeLookup:
                 postprocessor.l0 = l0
             elif isinstance(postprocessor, DocumentRanker):
                 postprocessor.vectors = doc_vectors
+
+    def _load_memory(self) -> MemoryMirror | None:
+        """The memory plan's mirror, read from Milvus now; ``None`` on the milvus plan. A collection past the bound
+        turns this lookup object to the milvus plan, with the reason (``stats``, the trace notes)."""
+        if self.plan != "memory":
+            return None
+        try:
+            return MemoryMirror.load(
+                self.client,
+                self.settings,
+                lexical=self.lexical_mode == "milvus_bm25",
+                max_mb=self.settings.memory_plan_max_mb,
+            )
+        except MirrorTooLargeError as exc:
+            log.warning("%s: searching in Milvus", exc)
+            self.plan, self.plan_reason = "milvus", str(exc)
+            return None
 
     def refresh(self, *, force: bool = False) -> bool:
         """Reload the L0 index and BM25 when another process's ingest changed the index version (checked at most
@@ -176,7 +202,7 @@ class KnowledgeLookup:
     def _assemble(self) -> None:
         """The parts that read the settings: the L1 retrievers and the postprocessor chain."""
         s = self.settings
-        self.dense = L1Retriever(self.path, s, self.query_embed_model)
+        self.dense = L1Retriever(self.path, s, self.query_embed_model, memory=self.memory)
         self.hybrid = HybridRetriever(
             self.dense,
             self.lexical,
@@ -200,13 +226,15 @@ class KnowledgeLookup:
         ]
         self.attempts = AttemptRunner(self.hybrid, self.postprocessors, s)
 
-    def _build_lexical(self) -> tuple[LexicalIndex | None, ExactIdentifierIndex | None]:
+    def _build_lexical(
+        self, read: Iterable[dict[str, Any]] | None = None
+    ) -> tuple[LexicalIndex | None, ExactIdentifierIndex | None]:
         """BM25 (in process only: text with its header) and the exact-identifier index over the chunks the collection
-        holds now, from one scan."""
+        holds now, from one scan (or from ``read``: rows already read, with the same fields)."""
         s = self.settings
         fields = [f for f in (s.id_field, s.content_field, s.category_field, s.metadata_field, s.source_field) if f]
         rows = []
-        for row in iter_rows(self.client, s, fields):
+        for row in read if read is not None else iter_rows(self.client, s, fields):
             meta = (row.get(s.metadata_field) if s.metadata_field else None) or {}
             text = lexical_document(meta.get("title"), meta.get("breadcrumb"), row.get(s.content_field, ""))
             category = (row.get(s.category_field) if s.category_field else None) or ""

@@ -96,7 +96,7 @@ class Candidate(Contract):
     position: int | None = Field(default=None, description="The chunk's place in its document (0 = first).")
     score: float = Field(description="The raw value the path returned.")
     score_label: ScoreLabel
-    path: Literal["vectorstore", "sdk", "external"]
+    path: Literal["vectorstore", "sdk", "memory", "external"]
     similarity: float = Field(ge=0.0, le=1.0, description="Normalised similarity used by every threshold.")
     doc_hash: str | None = Field(default=None, description="Content hash of the document version of the chunk.")
     ingested_at: float | None = Field(default=None, description="When ingest wrote the chunk (Unix seconds).")

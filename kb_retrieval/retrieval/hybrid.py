@@ -54,6 +54,11 @@ log = logging.getLogger(__name__)
 dispatcher = get_dispatcher(__name__)
 
 
+def _calls(path: str | None) -> int:
+    """Milvus calls one search made: none when the memory plan's mirror served it."""
+    return 0 if path == "memory" else 1
+
+
 def choose_lexical_mode(
     client: MilvusClient, settings: Settings, path: object | None
 ) -> tuple[LexicalMode, str | None]:
@@ -162,7 +167,7 @@ class HybridRetriever(BaseRetriever):
             lexical_mode=self.lexical_mode,
             exact_terms=exact_terms,
             exact_df=exact_df,
-            milvus_calls=1,
+            milvus_calls=_calls(dense.path),
         )
         known = {c.chunk_id for c in result.candidates}
         missing = [c for c in exact_terms if c not in known]
@@ -179,7 +184,7 @@ class HybridRetriever(BaseRetriever):
         result.lexical_added = len(missing)
         if missing and not deadline.expired:  # Milvus scores the lexical candidates the dense search did not return
             try:
-                result.milvus_calls += 1
+                result.milvus_calls += _calls(self.dense.path.name if self.dense.memory is None else "memory")
                 with clock("search"):
                     extra = self.dense.search(
                         embedding,
@@ -240,7 +245,7 @@ class HybridRetriever(BaseRetriever):
             lexical_mode="milvus_bm25",
             lexical_count=len(relative),
             lexical_added=len(added),
-            milvus_calls=1,
+            milvus_calls=_calls(found.path),
         )
 
     @dispatcher.span

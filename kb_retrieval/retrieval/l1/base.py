@@ -9,7 +9,7 @@ from kb_retrieval.config import Settings
 from kb_retrieval.models import Candidate, ScoreLabel
 from kb_retrieval.retrieval.scores import normalised_similarity
 
-PathName = Literal["vectorstore", "sdk"]
+PathName = Literal["vectorstore", "sdk", "memory"]
 
 
 @dataclass

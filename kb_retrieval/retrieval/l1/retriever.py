@@ -19,6 +19,7 @@ from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.retrieval.filters import equals_expr, in_expr
 from kb_retrieval.retrieval.l1.auto import AutoPath
 from kb_retrieval.retrieval.l1.base import HybridRequest, L1Search, VectorPath
+from kb_retrieval.retrieval.l1.memory import MemoryMirror
 from kb_retrieval.retrieval.l1.sdk import SdkPath
 from kb_retrieval.retrieval.l1.vectorstore import VectorStorePath
 from kb_retrieval.retrieval.stage import candidate_node
@@ -34,7 +35,11 @@ def make_path(settings: Settings, client: MilvusClient) -> VectorPath:
 
 
 class L1Retriever(BaseRetriever):
-    """Dense retrieval over Milvus through one path, with an optional category filter."""
+    """Dense retrieval over Milvus through one path, with an optional category filter.
+
+    ``memory`` (the memory plan, :mod:`kb_retrieval.retrieval.l1.memory`): the collection mirrored in this process
+    serves every search instead of the path; ``None``: the path searches Milvus.
+    """
 
     def __init__(
         self,
@@ -43,10 +48,12 @@ class L1Retriever(BaseRetriever):
         embed_model: BaseEmbedding,
         *,
         category_filter: str | None = None,
+        memory: MemoryMirror | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.path = path
+        self.memory = memory
         self.settings = settings
         self.embed_model = embed_model
         self.category_filter = category_filter
@@ -69,6 +76,9 @@ class L1Retriever(BaseRetriever):
     ) -> L1Search:
         """Dense search in Milvus; ``ids`` restricts it to those chunks (scoring lexical candidates in Milvus)."""
         limit = len(ids) if ids else top_k or self.settings.top_k
+        memory = self.memory
+        if memory is not None:
+            return memory.search(embedding, limit, category, ids)
         return self.path.search(embedding, limit, self.filter_expr(category, ids), timeout)
 
     def hybrid_search(
@@ -82,6 +92,9 @@ class L1Retriever(BaseRetriever):
         """Dense (``top_k``) and BM25 (``lexical_top_k``) in one Milvus call, both under the category filter, and
         ``ids`` (the exact-identifier candidates) by a dense request restricted to them in the same call; the path must
         support it (:func:`~kb_retrieval.retrieval.l1.base.supports_hybrid`)."""
+        memory = self.memory
+        if memory is not None:
+            return memory.hybrid_search(embedding, terms, category, ids)
         request = HybridRequest(
             embedding,
             terms,
