@@ -81,6 +81,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     from kb_retrieval.indexing.l0_index import L0Index
     from kb_retrieval.indexing.milvus import connect, count_rows, ensure_collection, features_off
     from kb_retrieval.retrieval.hybrid import choose_lexical_mode
+    from kb_retrieval.retrieval.l1.memory import choose_plan, estimated_mirror_mb
 
     settings = settings_from_args(args)
     client = connect(settings)
@@ -92,6 +93,10 @@ def cmd_stats(args: argparse.Namespace) -> int:
     lexical_mode, lexical_reason = choose_lexical_mode(client, settings, None)
     if lexical_reason:
         off["milvus_bm25"] = lexical_reason
+    chunks = count_rows(client, settings)
+    plan, plan_reason = choose_plan(client, settings, custom_path=False)
+    if plan == "memory" and estimated_mirror_mb(chunks, settings) > settings.memory_plan_max_mb:
+        plan, plan_reason = "milvus", f"the mirror would pass memory_plan_max_mb ({settings.memory_plan_max_mb:g} MB)"
     # Counted, not read: the vectors themselves are for lookups.
     doc_vectors_off = doc_vectors_off_reason(client, settings)
     if doc_vectors_off:
@@ -106,13 +111,15 @@ def cmd_stats(args: argparse.Namespace) -> int:
         "collection": settings.collection,
         "milvus": "server" if settings.is_milvus_server() else "lite",
         "uri": settings.mask(settings.resolved_milvus_uri()),
-        "chunks": count_rows(client, settings),
+        "chunks": chunks,
         "documents": len(l0.documents),
         "knowledge_bases": len({e.kb for e in l0.documents.values()}),
         "categories": dict(sorted(categories.items())),
         "metric": settings.metric,
         "dim": settings.dim,
         "lexical_mode": lexical_mode,
+        "lookup_plan": plan,
+        "lookup_plan_reason": plan_reason,
         "document_vectors": doc_vectors,
         "features_off": dict(sorted(off.items())),
     }
@@ -127,6 +134,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         ("categories", ", ".join(f"{name} {count}" for name, count in stats["categories"].items()) or "(none)"),
         ("vectors", f"{stats['dim']} dimensions, {stats['metric']}"),
         ("lexical", stats["lexical_mode"]),
+        ("lookup plan", f"{plan} ({plan_reason})"),
         ("document vectors", f"{stats['document_vectors']} documents (title, summary, text)"),
         *((f"{feature} off", reason) for feature, reason in stats["features_off"].items()),
     ]

@@ -269,9 +269,11 @@ class KnowledgeLookup:
         attempt's, or the last attempt's when none was usable) and the comparison run beside it."""
         started = time.perf_counter()
         deadline = Deadline.after(self.settings.lookup_timeout_s)
-        self.refresh()
-        job = self.beside.start(query) if self.beside else None  # runs beside from here; never changes the result
-        clock = StageClock()
+        clock = StageClock()  # every part of the lookup is under one of its stages: they add up to elapsed_ms
+        with clock("refresh"):
+            self.refresh()
+        with clock("beside"):
+            job = self.beside.start(query) if self.beside else None  # runs beside from here; never changes the result
 
         l0, attempts = self.l0, self.attempts  # the L0 provider this lookup's hints come from, whatever a refresh does
         with clock("query_transform"):
@@ -303,15 +305,17 @@ class KnowledgeLookup:
                 self.settings.context_budget_tokens,
                 self.settings.scoring.min_content_tokens,
             )
-        result = assemble_result(
-            transform,
-            l1,
-            pack,
-            scoring=self.settings.scoring,
-            l1_enabled=self.settings.l1_enabled,
-            stage_ms=clock.stage_ms,
-        )
-        beside_run = job.collect() if job else None
+        with clock("assemble"):
+            result = assemble_result(
+                transform,
+                l1,
+                pack,
+                scoring=self.settings.scoring,
+                l1_enabled=self.settings.l1_enabled,
+                stage_ms=clock.stage_ms,
+            )
+        with clock("beside"):
+            beside_run = job.collect() if job else None
         result.elapsed_ms = round((time.perf_counter() - started) * 1000, 3)
         with clock("trace_write"):
             result.trace_recorded = self._record(query, result, beside_run)

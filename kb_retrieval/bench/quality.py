@@ -138,7 +138,8 @@ def run_setting(
     from kb_retrieval.retrieval.query_transform import EmptyQueryError
 
     roots = [shared / "corpora" / c for c in setting.corpora]
-    settings = Settings(state_dir=state_root / setting.name, collection="kb_chunks", vector_store_mode="sdk")
+    # The default settings (on Milvus Lite: the memory plan), as a user has them.
+    settings = Settings(state_dir=state_root / setting.name, collection="kb_chunks")
     summary = ingest(roots, settings, embed_model=embed_model)
     log(f"[{setting.name}] lookup_knowledge index: {summary.documents} documents, embedded {summary.chunks_embedded}")
     lookup = KnowledgeLookup(settings, embed_model=embed_model)

@@ -14,7 +14,7 @@ from typing import Any
 
 from kb_retrieval.bench.quality import SETTINGS, read_cases, run_setting
 from kb_retrieval.bench.report import SYSTEMS, write_bench_charts
-from kb_retrieval.bench.speed import ingest_throughput, latency_at_scale, server_scale, warm_latency
+from kb_retrieval.bench.speed import ingest_throughput, latency_at_scale, server_scale, start_up, warm_latency
 from kb_retrieval.config import Settings
 
 #: The parts of ``make bench``; ``kb-retrieval bench --only PART`` re-runs one and keeps the others' figures.
@@ -23,8 +23,11 @@ PARTS = ("quality", "speed", "scale")
 BENCH_MILVUS_URI_ENV = "KB_BENCH_MILVUS_URI"
 #: The question-style query set of the warm-latency figures (alert texts: runbooks-alerts-dev).
 QUESTIONS_SET = "runbooks-paraphrase-dev.jsonl"
-#: Warm lookup p50 at most this share of the stock dense retriever's, per query set (issue 13).
-LATENCY_TARGETS = {"alerts": 0.5, "questions": 0.4}
+#: Warm lookup p50 at most this share of the stock dense retriever's (its default torch threads and one thread),
+#: per query set (issue 21).
+LATENCY_TARGETS = {"alerts": 0.5, "questions": 0.5}
+#: A ``KnowledgeLookup`` on the runbooks corpus builds within this many seconds, the model loaded (issue 21).
+BUILD_TARGET_S = 1.5
 README_START = "<!-- bench:start -->"
 README_END = "<!-- bench:end -->"
 
@@ -51,7 +54,8 @@ def run_bench(shared: Path, out_dir: Path, state_root: Path, *, parts: set[str],
         for setting in SETTINGS:
             report["quality"][setting.name] = run_setting(setting, shared, state_root, embed_model, _log)
     if "speed" in parts:
-        settings = Settings(state_dir=state_root / "runbooks", vector_store_mode="sdk")
+        # The settings a user has by default: on Milvus Lite, the memory plan.
+        settings = Settings(state_dir=state_root / "runbooks")
         from kb_retrieval.indexing.ingest import ingest
 
         ingest([runbooks], settings, embed_model=embed_model)
@@ -59,6 +63,8 @@ def run_bench(shared: Path, out_dir: Path, state_root: Path, *, parts: set[str],
             settings, {"alerts": queries, "questions": questions}, embed_model
         )
         _log(f"[speed] warm latency: {report['speed']['warm_latency']}")
+        report["speed"]["start_up"] = start_up(settings, embed_model, queries[0])
+        _log(f"[speed] start-up: {report['speed']['start_up']}")
         throughput_dir = state_root / "throughput"
         _remove_tree(throughput_dir)
         report["speed"]["ingest_throughput"] = ingest_throughput(runbooks, throughput_dir, embed_model)
@@ -179,8 +185,12 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
     latency_sets = warm_latency_sets((report.get("speed") or {}).get("warm_latency"))
     for name, bound in LATENCY_TARGETS.items():
         if figures := latency_sets.get(name):
-            ratio = figures["p50_ratio"]
-            out[f"warm_p50<={bound}x_stock_dense_{name}"] = {"ratio": ratio, "met": ratio <= bound}
+            for suffix in ("", "_1_thread"):
+                if (ratio := figures.get(f"p50_ratio{suffix}")) is not None:
+                    out[f"warm_p50<={bound}x_stock_dense{suffix}_{name}"] = {"ratio": ratio, "met": ratio <= bound}
+    if start := (report.get("speed") or {}).get("start_up"):
+        build = start["lookup_build_s"]
+        out[f"lookup_build<={BUILD_TARGET_S}s_runbooks"] = {"seconds": build, "met": build <= BUILD_TARGET_S}
     throughput = (report.get("speed") or {}).get("ingest_throughput")
     if throughput:
         out["ingest/raw_embedding>=0.85"] = {"ratio": throughput["ratio"], "met": throughput["ratio"] >= 0.85}
@@ -218,10 +228,25 @@ def summary_markdown(report: dict[str, Any]) -> str:
                 + f"): lookup_knowledge p50 {figures['lookup_knowledge_ms']['p50']} ms / p95 "
                 f"{figures['lookup_knowledge_ms']['p95']} ms; stock VectorIndexRetriever on the same collection p50 "
                 f"{figures['stock_dense_ms']['p50']} ms / p95 {figures['stock_dense_ms']['p95']} ms; ratio "
-                f"{figures['p50_ratio']}. Queries embedded by {encoder}; mean ms per stage: "
-                + ", ".join(f"{k} {v}" for k, v in figures["stage_mean_ms"].items())
+                f"{figures['p50_ratio']}"
+                + (
+                    f" (stock pinned to one torch thread: p50 {one['p50']} ms, ratio {figures['p50_ratio_1_thread']})"
+                    if (one := figures.get("stock_dense_1_thread_ms"))
+                    else ""
+                )
+                + f". Plan {latency.get('lookup_plan', 'milvus')}; queries embedded by {encoder}; "
+                + ("p50" if "stage_p50_ms" in figures else "mean")
+                + " ms per stage: "
+                + ", ".join(f"{k} {v}" for k, v in (figures.get("stage_p50_ms") or figures["stage_mean_ms"]).items())
+                + (f"; not under any stage p50 {u['p50']} ms" if (u := figures.get("unclocked_ms")) else "")
                 + "."
             )
+    if start := speed.get("start_up"):
+        lines.append(
+            f"Start-up: a KnowledgeLookup on the runbooks corpus builds in {start['lookup_build_s']} s (model "
+            f"loaded); a CLI lookup from nothing takes {start['cli_lookup_wall_s']} s wall, "
+            f"{start['cli_lookup_peak_rss_mb']} MB peak RSS (median of {start['runs']})."
+        )
     if throughput := speed.get("ingest_throughput"):
         lines.append(
             f"Ingest {throughput['ingest_chunks_per_s']} chunks/s vs raw embedding "

@@ -22,15 +22,18 @@ def warm_latency(
     settings: Settings, query_sets: Mapping[str, Sequence[str]], embed_model: Any, rounds: int = 4
 ) -> dict[str, Any]:
     """Per query set (e.g. ``{"alerts": [...], "questions": [...]}``): p50/p95 of ``lookup_knowledge`` and of a stock
-    ``VectorIndexRetriever`` over the same collection, their p50 ratio, and the mean of each pipeline stage.
+    ``VectorIndexRetriever`` over the same collection, twice: torch with its default threads and pinned to one
+    (under load the default's threads contend and it collapses, which flatters us), their p50 ratios, each stage's
+    p50 and mean, and what no stage clock covered (``elapsed_ms`` less the stages before the trace write).
 
-    Both run in one process after a warm-up pass, in alternating blocks (all queries of a set through one, then
-    through the other; the order swaps every round), so slow drift of the machine hits both alike. Blocks, not
+    All run in one process after a warm-up pass, in alternating blocks (all queries of a set through one system, then
+    the next; the order rotates every round), so slow drift of the machine hits them alike. Blocks, not
     query-by-query alternation: on 2 cores the thread pool one system leaves spinning after its call would slow the
     other's next call, which measures the neighbour rather than the system. Each query runs ``rounds`` times; nothing
     on the lookup path caches a query's vector or result, so a repeat costs what the first run did (``embed`` in the
-    stage means is the encoder's cost on every call).
+    stages is the encoder's cost on every call).
     """
+    import torch
     from llama_index.core import VectorStoreIndex
 
     from kb_retrieval.engine import KnowledgeLookup
@@ -40,24 +43,46 @@ def warm_latency(
     stock = VectorStoreIndex.from_vector_store(make_vector_store(settings), embed_model=embed_model).as_retriever(
         similarity_top_k=settings.top_k
     )
-    figures: dict[str, Any] = {"query_encoder": lookup.query_embed_model.model_name, "rounds": rounds}
+    threads = torch.get_num_threads()
+
+    def stock_with(count: int) -> Callable[[str], Any]:
+        def run(query: str) -> Any:
+            torch.set_num_threads(count)
+            return stock.retrieve(query)
+
+        return run
+
+    figures: dict[str, Any] = {
+        "query_encoder": lookup.query_embed_model.model_name,
+        "lookup_plan": lookup.plan,
+        "rounds": rounds,
+        "stock_torch_threads": threads,
+    }
     try:
         for name, queries in query_sets.items():
-            figures[name] = _warm_latency_of_set(lookup.lookup, stock.retrieve, queries, rounds)
+            figures[name] = _warm_latency_of_set(
+                lookup.lookup,
+                {"stock_dense": stock_with(threads), "stock_dense_1_thread": stock_with(1)},
+                queries,
+                rounds,
+            )
     finally:
+        torch.set_num_threads(threads)
         lookup.close()
     return figures
 
 
 def _warm_latency_of_set(
-    ours_fn: Callable[[str], Any], stock_fn: Callable[[str], Any], queries: Sequence[str], rounds: int
+    ours_fn: Callable[[str], Any], stock_fns: Mapping[str, Callable[[str], Any]], queries: Sequence[str], rounds: int
 ) -> dict[str, Any]:
     for query in queries:  # warm-up: caches, first connections, lazy stores
         ours_fn(query)
-        stock_fn(query)
+        for fn in stock_fns.values():
+            fn(query)
     ours: list[float] = []
-    theirs: list[float] = []
+    theirs: dict[str, list[float]] = {name: [] for name in stock_fns}
     stages: dict[str, list[float]] = {}
+    unclocked: list[float] = []
 
     def run_ours() -> None:
         for query in queries:
@@ -66,23 +91,69 @@ def _warm_latency_of_set(
             ours.append((time.perf_counter() - t0) * 1000)
             for stage, ms in result.stage_ms.items():
                 stages.setdefault(stage, []).append(ms)
+            clocked = sum(ms for stage, ms in result.stage_ms.items() if stage != "trace_write")
+            unclocked.append(result.elapsed_ms - clocked)
 
-    def run_stock() -> None:
-        for query in queries:
-            t0 = time.perf_counter()
-            stock_fn(query)
-            theirs.append((time.perf_counter() - t0) * 1000)
+    def run_stock(name: str) -> Callable[[], None]:
+        def run() -> None:
+            for query in queries:
+                t0 = time.perf_counter()
+                stock_fns[name](query)
+                theirs[name].append((time.perf_counter() - t0) * 1000)
 
+        return run
+
+    blocks = [run_ours, *(run_stock(name) for name in stock_fns)]
     for round_ in range(rounds):
-        for block in (run_ours, run_stock) if round_ % 2 == 0 else (run_stock, run_ours):
+        for block in blocks[round_ % len(blocks) :] + blocks[: round_ % len(blocks)]:
             block()
-    return {
+    figures: dict[str, Any] = {
         "queries": len(queries) * rounds,
         "distinct_queries": len(set(queries)),
         "lookup_knowledge_ms": {"p50": percentile(ours, 50), "p95": percentile(ours, 95)},
-        "stock_dense_ms": {"p50": percentile(theirs, 50), "p95": percentile(theirs, 95)},
-        "p50_ratio": round(percentile(ours, 50) / percentile(theirs, 50), 3),
-        "stage_mean_ms": {k: round(statistics.fmean(v), 3) for k, v in sorted(stages.items())},
+    }
+    for name, times in theirs.items():
+        figures[f"{name}_ms"] = {"p50": percentile(times, 50), "p95": percentile(times, 95)}
+        suffix = name.removeprefix("stock_dense")
+        figures[f"p50_ratio{suffix}"] = round(percentile(ours, 50) / percentile(times, 50), 3)
+    figures["stage_p50_ms"] = {k: percentile(v, 50) for k, v in sorted(stages.items())}
+    figures["stage_mean_ms"] = {k: round(statistics.fmean(v), 3) for k, v in sorted(stages.items())}
+    figures["unclocked_ms"] = {"p50": percentile(unclocked, 50), "max": round(max(unclocked), 3)}
+    return figures
+
+
+def start_up(settings: Settings, embed_model: Any, query: str, *, runs: int = 3) -> dict[str, Any]:
+    """How long a ``KnowledgeLookup`` takes to build (the model already loaded: what a process pays after its
+    imports), and a CLI lookup as a whole process from nothing: wall time and peak memory (median of ``runs``)."""
+    import os
+    import subprocess
+    import sys
+
+    from kb_retrieval.engine import KnowledgeLookup
+
+    builds = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        lookup = KnowledgeLookup(settings, embed_model=embed_model)
+        builds.append(time.perf_counter() - t0)
+        lookup.close()
+    script = Path(sys.executable).parent / "kb-retrieval"
+    command = [str(script), "lookup", "--state-dir", str(settings.state_dir), "--json", query]
+    walls, peaks = [], []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)
+        walls.append(time.perf_counter() - t0)
+        peaks.append(usage.ru_maxrss / 1024)  # KiB on Linux
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(command[1:3])} exited with {proc.returncode}")
+    return {
+        "lookup_build_s": round(statistics.median(builds), 3),
+        "cli_lookup_wall_s": round(statistics.median(walls), 2),
+        "cli_lookup_peak_rss_mb": round(statistics.median(peaks), 1),
+        "runs": runs,
     }
 
 

@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent, RetrievalStartEvent
@@ -22,6 +23,7 @@ from kb_retrieval.models import EvidenceBlock, FallbackReason, RetrievalAttempt
 from kb_retrieval.retrieval.deadline import Deadline
 from kb_retrieval.retrieval.evidence import build_evidence_blocks
 from kb_retrieval.retrieval.hybrid import HybridRetriever, LookupQuery
+from kb_retrieval.retrieval.stage import deferred_stage_writes, publish_stage
 from kb_retrieval.retrieval.timing import StageClock
 
 log = logging.getLogger(__name__)
@@ -68,14 +70,27 @@ class AttemptRunner:
     def run(self, query: LookupQuery, embedding: list[float], deadline: Deadline, clock: StageClock) -> L1Outcome:
         category = query.category_filter
         outcome = L1Outcome()
-        first = self.attempt(1, query, embedding, category, deadline, clock)
+        first = self._clocked(clock, 1, query, embedding, category, deadline)
         outcome.attempts.append(first)
         if category and first.trace.outcome != "ok":
             outcome.fallback_reason = (
                 "filtered_vector_low_quality" if first.trace.outcome == "low_quality" else "filtered_vector_no_evidence"
             )
-            outcome.attempts.append(self.attempt(2, query, embedding, None, deadline, clock))
+            outcome.attempts.append(self._clocked(clock, 2, query, embedding, None, deadline))
         return outcome
+
+    def _clocked(
+        self, clock: StageClock, number: int, query: LookupQuery, embedding: list[float], *args: Any
+    ) -> AttemptResult:
+        """One attempt, its own bookkeeping (trace, events, span) timed as the stage ``attempt``: the time the attempt
+        took beyond its stages (search, candidates, rerank)."""
+        stages_before = sum(clock.stage_ms.values())
+        t0 = time.perf_counter()
+        result = self.attempt(number, query, embedding, *args, clock)
+        inside = sum(clock.stage_ms.values()) - stages_before
+        own = (time.perf_counter() - t0) * 1000 - inside
+        clock.stage_ms["attempt"] = round(clock.stage_ms.get("attempt", 0.0) + own, 3)
+        return result
 
     @dispatcher.span
     def attempt(
@@ -126,17 +141,23 @@ class AttemptRunner:
         trace.candidate_count = len(search.candidates)
         trace.top_similarity = max((c.similarity for c in search.candidates), default=None)
 
-        nodes = search.nodes()
-        dispatcher.event(RetrievalEndEvent(str_or_query_bundle=bundle, nodes=nodes))
-        with clock("rerank"):
-            for postprocessor in self.postprocessors:
-                nodes = postprocessor.postprocess_nodes(nodes, query_bundle=bundle)
-            blocks = build_evidence_blocks(
-                nodes,
-                evidence_threshold=settings.evidence_threshold,
-                max_blocks=settings.max_evidence_blocks,
-                follow_ranking=settings.evidence_follows_ranking,
-            )
+        # The chain is the pipeline's own: stage data stays typed between its stages and is written as JSON once,
+        # for the nodes that come out of it.
+        with deferred_stage_writes():
+            with clock("candidates"):
+                nodes = search.nodes()
+            dispatcher.event(RetrievalEndEvent(str_or_query_bundle=bundle, nodes=nodes))
+            with clock("rerank"):
+                for postprocessor in self.postprocessors:
+                    nodes = postprocessor.postprocess_nodes(nodes, query_bundle=bundle)
+                blocks = build_evidence_blocks(
+                    nodes,
+                    evidence_threshold=settings.evidence_threshold,
+                    max_blocks=settings.max_evidence_blocks,
+                    follow_ranking=settings.evidence_follows_ranking,
+                )
+        with clock("candidates"):
+            publish_stage(nodes)
         trace.evidence_count = len(blocks)
         if not search.candidates:
             trace.outcome = "no_candidates"

@@ -151,13 +151,14 @@ class HybridRetriever(BaseRetriever):
         settings = self.settings
         deadline = deadline or Deadline.after(settings.lookup_timeout_s)
         clock = StageClock(stage_ms)
-        exact_terms, exact_df = self._exact(query_text)
-        if self.lexical_mode == "milvus_bm25":
-            terms = analysed_text(query_text) if settings.lexical_top_k > 0 else ""
-            if terms or exact_terms:  # else (a query of stopwords only, no identifier) the dense search alone
-                result = self._search_in_milvus(embedding, terms, category, deadline, clock, list(exact_terms))
-                result.exact_terms, result.exact_df = exact_terms, exact_df
-                return result
+        with clock("query_terms"):
+            exact_terms, exact_df = self._exact(query_text)
+            milvus_bm25 = self.lexical_mode == "milvus_bm25"
+            terms = analysed_text(query_text) if milvus_bm25 and settings.lexical_top_k > 0 else ""
+        if milvus_bm25 and (terms or exact_terms):  # else (stopwords only, no identifier) the dense search alone
+            result = self._search_in_milvus(embedding, terms, category, deadline, clock, list(exact_terms))
+            result.exact_terms, result.exact_df = exact_terms, exact_df
+            return result
         with clock("search"):
             dense = self.dense.search(embedding, category, timeout=deadline.timeout(settings.milvus_search_timeout_s))
         result = HybridSearch(

@@ -14,6 +14,9 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from enum import Enum
 from typing import Any
 
@@ -129,20 +132,59 @@ def candidate_node(candidate: Candidate, **stage: object) -> NodeWithScore:
 class _StageJSON(dict[str, Any]):
     """What ``metadata[STAGE_KEY]`` holds: the stage data as JSON, which any LlamaIndex part can read, copy and
     serialise, plus the typed object it was written from (``typed``), so the next stage of a pipeline reads it back
-    without validating it again. A copy that lost ``typed`` (a JSON round trip) is validated as before."""
+    without validating it again. A copy that lost ``typed`` (a JSON round trip) is validated as before.
+
+    Inside :func:`deferred_stage_writes` the JSON is written once, by :func:`publish_stage`, for the nodes that leave
+    the pipeline (``stale`` until then), not at every stage for every candidate."""
 
     typed: StageData
+    stale: bool
+
+
+#: Set while the pipeline's own chain runs (:func:`deferred_stage_writes`): stage data is kept typed only.
+_DEFERRED: ContextVar[bool] = ContextVar("kb_stage_deferred", default=False)
+
+
+@contextmanager
+def deferred_stage_writes() -> Iterator[None]:
+    """Within the block, :func:`write_stage` keeps the typed data only; the caller then calls :func:`publish_stage`
+    on the nodes it hands on. For a chain of the pipeline's own stages, where nothing else reads the JSON between
+    them (the lookup's attempts); a stock pipeline writes the JSON at every stage, as before.
+    """
+    token = _DEFERRED.set(True)
+    try:
+        yield
+    finally:
+        _DEFERRED.reset(token)
 
 
 def write_stage(node: NodeWithScore, data: StageData) -> None:
     """Record ``data`` on the node. Stage data read with :func:`stage_of` and changed is written back with this."""
     inner = node.node
-    raw = _StageJSON(data.model_dump(mode="json", exclude=_WITHOUT_CONTENT))
-    raw.typed = data
-    inner.metadata[STAGE_KEY] = raw
+    if _DEFERRED.get():
+        raw = inner.metadata.get(STAGE_KEY)
+        if not isinstance(raw, _StageJSON):
+            raw = inner.metadata[STAGE_KEY] = _StageJSON()
+        raw.typed, raw.stale = data, True
+    else:
+        inner.metadata[STAGE_KEY] = _stage_json(data)
     for excluded in (inner.excluded_llm_metadata_keys, inner.excluded_embed_metadata_keys):
         if STAGE_KEY not in excluded:
             excluded.append(STAGE_KEY)
+
+
+def publish_stage(nodes: Iterable[NodeWithScore]) -> None:
+    """Write the JSON of stage data kept typed by :func:`deferred_stage_writes` (nodes already written: unchanged)."""
+    for node in nodes:
+        raw = node.node.metadata.get(STAGE_KEY)
+        if isinstance(raw, _StageJSON) and getattr(raw, "stale", False):
+            node.node.metadata[STAGE_KEY] = _stage_json(raw.typed)
+
+
+def _stage_json(data: StageData) -> _StageJSON:
+    raw = _StageJSON(data.model_dump(mode="json", exclude=_WITHOUT_CONTENT))
+    raw.typed, raw.stale = data, False
+    return raw
 
 
 _WITHOUT_CONTENT: dict[str, Any] = {"candidate": {"content"}}  # the node's text is the content: not kept twice

@@ -278,6 +278,12 @@ class MemoryMirror:
         )
 
 
+def estimated_mirror_mb(chunks: int, settings: Settings, text_bytes: int = 2048) -> float:
+    """About how many MB the mirror of ``chunks`` rows holds (vector, content and analysed text of ~1 KB each, the
+    row's Python objects); the mirror itself counts what it reads."""
+    return chunks * (settings.dim * 4 + _ROW_OVERHEAD + text_bytes) / (1024 * 1024)
+
+
 def choose_plan(client: MilvusClient, settings: Settings, *, custom_path: bool) -> tuple[str, str]:
     """The lookup plan for this engine and these settings, and why, in one line (``stats`` and the trace say it).
 

@@ -26,8 +26,11 @@ def l2_settings(tmp_path_factory, embed_model) -> Settings:
 
 @pytest.mark.parametrize("mode", ["sdk", "vectorstore", "auto", "spring-ai"])
 def test_each_mode_serves_and_says_which_path(sample_settings, embed_model, mode):
+    """On the milvus plan (a search in Milvus per attempt) the mode picks the path; on Milvus Lite ``auto`` is the
+    memory plan (tests/retrieval/test_memory_plan.py), so the plan is pinned here."""
+    mode_setting = Settings(vector_store_mode=mode).vector_store_mode
     lookup = KnowledgeLookup(
-        sample_settings.model_copy(update={"vector_store_mode": Settings(vector_store_mode=mode).vector_store_mode}),
+        sample_settings.model_copy(update={"vector_store_mode": mode_setting, "lookup_plan": "milvus"}),
         embed_model=embed_model,
     )
     result = lookup.lookup(QUERY)
@@ -35,6 +38,15 @@ def test_each_mode_serves_and_says_which_path(sample_settings, embed_model, mode
     assert result.retrieval_trace.path_served == expected
     assert result.evidence_blocks[0].source == "mysql/replication-lag.md"
     assert result.retrieval_trace.attempts[0].path_fallback_reason is None
+
+
+def test_auto_on_milvus_lite_is_the_memory_plan(sample_settings, embed_model, sample_lookup):
+    settings = sample_settings.model_copy(update={"vector_store_mode": "auto"})
+    lookup = KnowledgeLookup(settings, embed_model=embed_model, client=sample_lookup.client)
+    assert lookup.plan == "memory"
+    result = lookup.lookup(QUERY)
+    assert result.retrieval_trace.path_served == "memory"
+    assert result.evidence_blocks[0].source == "mysql/replication-lag.md"
 
 
 def test_paths_return_the_same_candidates(sample_settings, embed_model, sample_lookup):

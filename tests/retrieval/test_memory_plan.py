@@ -1,0 +1,138 @@
+"""The memory lookup plan: the same answers as a search in Milvus, from a mirror that follows other processes."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kb_retrieval.config import Settings
+from kb_retrieval.retrieval.l1.memory import Bm25Postings, analyse, choose_plan
+from tests.conftest import SAMPLE_KB, SHARED
+from tests.indexing.test_lite_processes import _cli, lite_server  # noqa: F401 (a fixture)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.unit
+def test_bm25_scores_are_milvus_lites_to_the_bit():
+    """An independent implementation to pin against: Milvus Lite's own per-segment BM25 index."""
+    from milvus_lite.analyzer.sparse import compute_tf
+    from milvus_lite.analyzer.standard import StandardAnalyzer
+    from milvus_lite.index.sparse_inverted import SparseInvertedIndex
+
+    rng = random.Random(3)
+    words = [f"w{i}" for i in range(60)] + ["redi", "memori", "kube_pod", "replica"]
+    texts = [" ".join(rng.choices(words, k=rng.randint(0, 40))) for _ in range(300)]
+    analyzer = StandardAnalyzer()
+    lite = SparseInvertedIndex()
+    lite.build([compute_tf(analyzer.analyze(t)) for t in texts])
+    ours = Bm25Postings(texts)
+    for query in ["redi memori memori", "kube_pod replica w3", "w1 w2 w3 w4 w5 w6", "absent"]:
+        ids, dists = lite.search([compute_tf(analyzer.analyze(query))], top_k=len(texts))
+        expected = {int(i): -float(d) for i, d in zip(ids[0], dists[0], strict=True) if i >= 0 and d < 0}
+        rows, scores = ours.scores(query)
+        assert dict(zip(rows.tolist(), scores.tolist(), strict=True)) == expected
+        # Among equal scores, Lite's order: the row a query term reached first.
+        ranked = [int(r) for r in rows[np.argsort(-scores, kind="stable")]]
+        assert ranked == [int(i) for i in ids[0] if i >= 0 and i in expected]
+
+
+@pytest.mark.unit
+def test_analyse_is_the_standard_analyser():
+    assert analyse("KubePodCrashLooping: pod api-7f9 (95%)") == ["kubepodcrashlooping", "pod", "api", "7f9", "95"]
+
+
+@pytest.mark.unit
+def test_the_plan_follows_the_engine_and_the_mode(tmp_path):
+    lite = Settings(state_dir=tmp_path)
+    assert choose_plan(None, lite, custom_path=False)[0] == "memory"  # type: ignore[arg-type]
+    assert choose_plan(None, lite, custom_path=True)[0] == "milvus"  # type: ignore[arg-type]
+    sdk = Settings(state_dir=tmp_path, vector_store_mode="sdk")
+    plan, reason = choose_plan(None, sdk, custom_path=False)  # type: ignore[arg-type]
+    assert plan == "milvus" and "vector_store_mode 'sdk'" in reason
+    forced = Settings(state_dir=tmp_path, vector_store_mode="sdk", lookup_plan="memory")
+    assert choose_plan(None, forced, custom_path=False)[0] == "memory"  # type: ignore[arg-type]
+
+    class Server:
+        def get_server_version(self) -> str:
+            return "v2.3.5"
+
+    server = Settings(state_dir=tmp_path, milvus_uri="http://127.0.0.1:1")
+    plan, reason = choose_plan(Server(), server, custom_path=False)  # type: ignore[arg-type]
+    assert plan == "milvus" and "server" in reason
+
+
+def _both_plans(lookup, embed_model):
+    from kb_retrieval.engine import KnowledgeLookup
+
+    def build(plan: str):
+        settings = lookup.settings.model_copy(update={"lookup_plan": plan})
+        return KnowledgeLookup(settings, embed_model=embed_model, client=lookup.client, trace_store=lookup.traces)
+
+    return build("memory"), build("milvus")
+
+
+def _answer(lookup, query: str) -> tuple:
+    result, ranking = lookup.lookup_ranked(query)
+    blocks = [(b.source, b.hit_reasons, round(b.similarity, 6)) for b in result.evidence_blocks]
+    return result.found, result.evidence_status, blocks, [(c.chunk_id, round(c.score, 6)) for c in ranking]
+
+
+def _same_answers(lookup, embed_model, queries: list[str]) -> None:
+    memory, milvus = _both_plans(lookup, embed_model)
+    assert memory.plan == "memory" and milvus.plan == "milvus"
+    for query in queries:
+        assert _answer(memory, query) == _answer(milvus, query), query
+    result = memory.lookup(queries[0])
+    assert {a.path for a in result.retrieval_trace.attempts} == {"memory"}
+    assert all(a.milvus_calls == 0 for a in result.retrieval_trace.attempts)
+
+
+def test_memory_plan_answers_as_milvus_on_the_sample_kb(sample_lookup, embed_model):
+    queries = [json.loads(line)["query"] for line in (REPO / "golden" / "sample-kb.jsonl").read_text().splitlines()]
+    assert len(queries) >= 20
+    _same_answers(sample_lookup, embed_model, queries)
+
+
+def test_memory_plan_answers_as_milvus_on_the_runbooks(runbooks_lookup, embed_model):
+    queries = []
+    for name in ("runbooks-alerts-dev.jsonl", "runbooks-paraphrase-dev.jsonl"):
+        lines = (SHARED / "golden" / name).read_text().splitlines()
+        queries += [json.loads(line)["query"] for line in lines[:30]]
+    _same_answers(runbooks_lookup, embed_model, queries)
+
+
+@pytest.mark.timeout(600)
+def test_the_mirror_sees_another_processs_ingest(lite_server, tmp_path, embed_model):  # noqa: F811
+    """A long-lived lookup on the memory plan (``milvus-lite server``: a Lite engine, so ``auto`` mirrors it) finds
+    what another process ingested within the freshness interval, without a restart."""
+    from kb_retrieval.engine import KnowledgeLookup
+    from kb_retrieval.traces import TraceStore
+
+    first = _cli("ingest", str(SAMPLE_KB / "redis"), "--uri", lite_server, "--state-dir", str(tmp_path / "a"))
+    assert first.returncode == 0, first.stderr
+    settings = Settings(state_dir=tmp_path / "here", milvus_uri=lite_server, freshness_check_s=1.0)
+    lookup = KnowledgeLookup(settings, embed_model=embed_model, trace_store=TraceStore("sqlite://"))
+    assert lookup.plan == "memory"
+    query = "MySQLReplicationLag: replica db-replica-02 is 412 seconds behind its source"
+    assert "replication-lag.md" not in [b.source for b in lookup.lookup(query).evidence_blocks]
+    more = _cli("ingest", str(SAMPLE_KB / "mysql"), "--uri", lite_server, "--state-dir", str(tmp_path / "b"))
+    assert more.returncode == 0, more.stderr
+    ingested = time.monotonic()
+    seen = None
+    while seen is None and time.monotonic() - ingested < 10:
+        result = lookup.lookup(query)
+        if result.found and result.evidence_blocks[0].source == "replication-lag.md":
+            seen = time.monotonic() - ingested
+        time.sleep(0.1)
+    assert seen is not None, "the memory plan did not see the other process's ingest within 10 s"
+    assert seen <= settings.freshness_check_s + 3.0  # the check's interval, the reload, one lookup
+    assert lookup.memory is not None and "replication-lag.md" in {r["source"] for r in lookup.memory.rows}
+    assert result.retrieval_trace.attempts[-1].path == "memory"
+    assert any(r.startswith("lexical_bm25") for r in result.evidence_blocks[0].hit_reasons)
+    lookup.close()
