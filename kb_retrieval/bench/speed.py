@@ -241,7 +241,13 @@ def server_scale(
 
 
 def _scale_settings(state_dir: Path, milvus_uri: str | None, collection: str) -> Settings:
-    return Settings(state_dir=state_dir, collection=collection, vector_store_mode="sdk", milvus_uri=milvus_uri)
+    """The default settings on Milvus Lite (the memory plan); the sdk path on a server (the milvus plan)."""
+    return Settings(
+        state_dir=state_dir,
+        collection=collection,
+        vector_store_mode="sdk" if milvus_uri else "auto",
+        milvus_uri=milvus_uri,
+    )
 
 
 def _grow_and_measure(
@@ -260,12 +266,13 @@ def _grow_and_measure(
     from kb_retrieval.indexing.embeddings import embed_query
     from kb_retrieval.indexing.index_version import index_version
     from kb_retrieval.indexing.ingest import ingest
-    from kb_retrieval.indexing.milvus import connect, is_lite_engine, iter_rows, search_params
+    from kb_retrieval.indexing.milvus import connect, full_text_off, is_lite_engine, iter_rows, search_params
 
     settings = _scale_settings(state_dir, milvus_uri, collection)
     summary = ingest([kb_root], settings, embed_model=embed_model)
     client = connect(settings)
     lite = is_lite_engine(client, settings)
+    full_text = full_text_off(client, settings) is None
     if figures is not None:
         figures["ingest"] = {
             "chunks": summary.chunks_embedded,
@@ -277,9 +284,11 @@ def _grow_and_measure(
         log(f"[scale] ingest on the server: {figures['ingest']}")
     ids: list[str] = []
     blocks: list[np.ndarray] = []
-    for row in iter_rows(client, settings, [settings.id_field, settings.vector_field]):
+    words: list[str] = []  # the corpus' own words: filler text that BM25 and the exact-identifier index must read
+    for row in iter_rows(client, settings, [settings.id_field, settings.vector_field, settings.content_field]):
         ids.append(row[settings.id_field])
         blocks.append(np.asarray([row[settings.vector_field]], dtype=np.float32))
+        words.extend(row[settings.content_field].split())
     rows = len(ids)
     query_vectors = np.asarray([embed_query(embed_model, q) for q in queries], dtype=np.float32)
     rng = np.random.default_rng(7)
@@ -292,7 +301,9 @@ def _grow_and_measure(
             n = min(10_000, size - rows)
             vectors = rng.standard_normal((n, settings.dim)).astype(np.float32)
             vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-            client.insert(settings.collection, [_filler_row(settings, rows + i, vectors[i]) for i in range(n)])
+            texts = [" ".join(rng.choice(words, size=FILLER_WORDS)) for _ in range(n)]
+            batch = [_filler_row(settings, rows + i, vectors[i], texts[i], full_text) for i in range(n)]
+            client.insert(settings.collection, batch)
             ids.extend(f"filler-{rows + i}" for i in range(n))
             blocks.append(vectors)
             rows += n
@@ -347,15 +358,25 @@ def _grow_and_measure(
     return out
 
 
-def _filler_row(settings: Settings, number: int, vector: np.ndarray) -> dict[str, Any]:
-    return {
+#: Words of text in each filler row, drawn from the corpus' own words (a chunk of the runbooks holds ~100-150).
+FILLER_WORDS = 120
+
+
+def _filler_row(settings: Settings, number: int, vector: np.ndarray, text: str, full_text: bool) -> dict[str, Any]:
+    """A synthetic chunk: a random unit vector and text of the corpus' words, analysed for BM25 as ingest does."""
+    from kb_retrieval.retrieval.lexical import analysed_text, lexical_document
+
+    row = {
         settings.id_field: f"filler-{number}",
-        settings.content_field: "synthetic filler",
+        settings.content_field: text,
         settings.vector_field: vector.tolist(),
-        settings.metadata_field: {"title": "filler"},
+        settings.metadata_field: {"title": f"filler {number // 10}"},
         settings.category_field: "filler",
         settings.source_field: f"filler/{number // 10}.md",
     }
+    if full_text:
+        row[settings.lexical_text_field] = analysed_text(lexical_document(f"filler {number // 10}", None, text))
+    return row
 
 
 def _wait_until_indexed(client: Any, settings: Settings, timeout_s: float = 900) -> float:

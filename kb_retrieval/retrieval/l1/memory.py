@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -70,39 +70,39 @@ class MirrorTooLargeError(RuntimeError):
     """The collection does not fit the mirror's memory bound (``memory_plan_max_mb``)."""
 
 
-@dataclass(frozen=True)
-class _Postings:
-    rows: np.ndarray  # int64 row numbers holding the term
-    weights: np.ndarray  # float32 BM25 term-frequency factor of each (the part that depends on the row alone)
-
-
 class Bm25Postings:
-    """BM25 over the analysed text of every row, scored as Milvus Lite scores it (float32, term by term)."""
+    """BM25 over the analysed text of every row, scored as Milvus Lite scores it (float32, term by term).
+
+    The postings are one array of rows and one of term-frequency factors, ordered by term then row (a term's are one
+    slice): built with a few array operations rather than an array per term.
+    """
 
     def __init__(self, texts: Iterable[str]) -> None:
-        postings: dict[str, list[tuple[int, int]]] = {}
+        vocabulary: dict[str, int] = {}
+        term_ids: list[int] = []
+        rows: list[int] = []
+        freqs: list[int] = []
         lengths: list[int] = []
         for row, text in enumerate(texts):
-            counts: dict[str, int] = {}
-            for term in analyse(text or ""):
-                counts[term] = counts.get(term, 0) + 1
+            counts = Counter(analyse(text or ""))
             lengths.append(sum(counts.values()))
-            for term, tf in counts.items():
-                postings.setdefault(term, []).append((row, tf))
+            term_ids.extend(vocabulary.setdefault(term, len(vocabulary)) for term in counts)
+            rows.extend([row] * len(counts))
+            freqs.extend(counts.values())
         self.count = len(lengths)
+        self._vocabulary = vocabulary
+        order = np.argsort(np.asarray(term_ids, dtype=np.int64), kind="stable")  # by term, rows ascending within
+        self._rows = np.asarray(rows, dtype=np.int64)[order]
+        freq = np.asarray(freqs, dtype=np.float64)[order]
+        self._starts = np.searchsorted(np.asarray(term_ids, dtype=np.int64)[order], np.arange(len(vocabulary) + 1))
         # Lite: every row counts in N and in the mean length, an empty one too. Its arithmetic is float32 (the
         # document lengths are a float32 array, and NumPy keeps a Python float beside a float32 in float32), in this
         # order of operations; so is this, so the scores are Lite's to the bit.
         dl = np.asarray(lengths, dtype=np.float32)
         avgdl = np.float32((float(sum(lengths)) / self.count if self.count else 0.0) or 1.0)
         k1, b, rest = np.float32(BM25_K1), np.float32(BM25_B), np.float32(1.0 - BM25_B)
-        self._postings: dict[str, _Postings] = {}
-        for term, pairs in postings.items():
-            rows = np.fromiter((r for r, _ in pairs), dtype=np.int64, count=len(pairs))
-            freq = np.fromiter((t for _, t in pairs), dtype=np.float64, count=len(pairs))
-            numerator = (freq * (BM25_K1 + 1.0)).astype(np.float32)
-            norm = numerator / (freq.astype(np.float32) + k1 * (rest + b * dl[rows] / avgdl))
-            self._postings[term] = _Postings(rows, norm)
+        numerator = (freq * (BM25_K1 + 1.0)).astype(np.float32)
+        self._weights = numerator / (freq.astype(np.float32) + k1 * (rest + b * dl[self._rows] / avgdl))
 
     def scores(self, terms: str) -> tuple[np.ndarray, np.ndarray]:
         """Rows with a positive BM25 score for the analysed query ``terms``, and their scores."""
@@ -113,13 +113,15 @@ class Bm25Postings:
         touched: list[np.ndarray] = []
         n = self.count
         for term, weight in weights.items():
-            posting = self._postings.get(term)
-            if posting is None:
+            term_id = self._vocabulary.get(term)
+            if term_id is None:
                 continue
-            df = len(posting.rows)
+            start, end = int(self._starts[term_id]), int(self._starts[term_id + 1])
+            rows = self._rows[start:end]
+            df = end - start
             idf = math.log((n - df + 0.5) / (df + 0.5) + 1.0)
-            total[posting.rows] += np.float32(idf) * posting.weights * np.float32(weight)
-            touched.append(posting.rows)
+            total[rows] += np.float32(idf) * self._weights[start:end] * np.float32(weight)
+            touched.append(rows)
         if not touched:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
         # Rows in the order a term first reached them (Lite's order among equal scores), positive scores only.
