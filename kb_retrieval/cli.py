@@ -433,9 +433,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_fixtures_record)
 
     p = sub.add_parser("eval", help="offline evaluation of golden cases against recorded fixtures (no services)")
-    from kb_retrieval.evaluation.runner import add_eval_arguments
+    if command in (None, "eval"):  # its options load with it; `lookup --server` stays a light process
+        from kb_retrieval.evaluation.runner import add_eval_arguments
 
-    add_eval_arguments(p)
+        add_eval_arguments(p)
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("compare", help="the current path against the stock sidecar retriever, per golden case")
