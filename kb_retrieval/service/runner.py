@@ -74,9 +74,12 @@ class LookupRunner:
         return made
 
     async def lookup(self, query: str, overrides: dict[str, Any] | None = None) -> LookupResult:
-        """One lookup on the pool. Raises ``BusyError`` when ``max_pending`` lookups are already admitted."""
-        pipeline = self.variant(overrides or {})
-        return await self.call(pipeline.lookup, query)
+        """One lookup on the pool (the overridden pipeline assembled there too). Raises ``BusyError`` when
+        ``max_pending`` lookups are already admitted, a ``ValidationError`` for an override no setting accepts."""
+        return await self.call(self._lookup, query, overrides or {})
+
+    def _lookup(self, query: str, overrides: dict[str, Any]) -> LookupResult:
+        return self.variant(overrides).lookup(query)
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on the pool, admitted like a lookup (health checks and trace reads use it too)."""

@@ -20,9 +20,9 @@ from tests.service.conftest import REDIS_ALERT
 def test_healthz_is_503_with_the_reason_once_milvus_is_unreachable(state_copy, tmp_path):
     state = state_copy("health")
     (port,) = pick_free_ports(1)
+    command = [str(Path(sys.executable).parent / "milvus-lite"), "server", "--data-dir", str(state / "milvus.db")]
     lite = subprocess.Popen(
-        [str(Path(sys.executable).parent / "milvus-lite"), "server", "--data-dir", str(state / "milvus.db")]
-        + ["--host", "127.0.0.1", "--port", str(port)],
+        [*command, "--host", "127.0.0.1", "--port", str(port)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

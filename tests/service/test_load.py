@@ -29,7 +29,10 @@ QUERIES = (
 
 
 def trace_rows(state_dir: Path) -> int:
+    """Rows in the server's trace table (0 before its first row created it)."""
     with sqlite3.connect(state_dir / "traces.db") as db:
+        if not db.execute("SELECT 1 FROM sqlite_master WHERE name = 'tool_invocation'").fetchone():
+            return 0
         return int(db.execute("SELECT count(*) FROM tool_invocation").fetchone()[0])
 
 
