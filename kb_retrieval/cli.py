@@ -1,4 +1,4 @@
-"""``kb-retrieval``: ingest, stats, lookup, fixtures record, eval, compare, bench, demo.
+"""``kb-retrieval``: ingest, stats, lookup, serve, traces, fixtures record, eval, compare, bench, demo.
 
 Every command honours ``--state-dir`` / ``KB_STATE_DIR``; flags override ``KB_*`` environment settings.
 Heavy modules load only in the commands that need them, so ``kb-retrieval eval`` stays service-free.
@@ -28,9 +28,12 @@ from kb_retrieval.cli_args import (
     add_lookup_arguments,
     describe_settings_error,
     mask_message,
+    positive_int,
+    register_secret,
     require_extra,
     settings_from_args,
 )
+from kb_retrieval.output import result_json
 
 SAMPLE_KB = Path(__file__).parent / "sample_kb"
 DEMO_QUESTIONS = (
@@ -43,6 +46,11 @@ DEMO_QUESTIONS = (
 #: Modules of the ``bench`` extra that ``kb-retrieval bench`` needs (the runtime install lacks them).
 BENCH_MODULES = ("matplotlib", "llama_index.retrievers.bm25", "psutil")
 STDIN = "-"
+#: Modules of the ``serve`` extra that ``kb-retrieval serve`` needs.
+SERVE_MODULES = ("fastapi", "uvicorn", "mcp")
+#: Where ``lookup`` sends its queries when set (``--server`` overrides it), and the token it sends with them.
+SERVER_URL_ENV = "KB_SERVER_URL"
+SERVER_TOKEN_ENV = "KB_SERVER_TOKEN"
 #: The ``compare`` command lives with the sidecar; loaded by name, so the core never imports the sidecar package.
 COMPARE_MODULE = "sidecar.compare"
 
@@ -165,6 +173,9 @@ def cmd_lookup(args: argparse.Namespace) -> int:
         query = sys.stdin.read() if args.query == STDIN else args.query
         _check_query(query, "stdin" if args.query == STDIN else "QUERY", settings.max_query_chars)
         cases = [QueryCase("", query)]
+    server_url = args.server or os.environ.get(SERVER_URL_ENV)
+    if server_url:  # a running `kb-retrieval serve` answers: nothing heavy is imported here
+        return _lookup_through_server(server_url, cases, args)
 
     from kb_retrieval.engine import KnowledgeLookup, agent_text
     from kb_retrieval.traces import TraceStore
@@ -174,13 +185,33 @@ def cmd_lookup(args: argparse.Namespace) -> int:
         for case in cases:
             result = lookup.lookup(case.query)
             if args.queries is not None:
-                print(json.dumps({"caseId": case.case_id, **result.to_json_dict()}, ensure_ascii=False), flush=True)
+                print(result_json(result.to_json_dict(), case.case_id), flush=True)
             elif args.json:
-                print(json.dumps(result.to_json_dict(), ensure_ascii=False))
+                print(result_json(result.to_json_dict()))
             else:
                 print(agent_text(result))
     finally:
         lookup.close()
+    return 0
+
+
+def _lookup_through_server(url: str, cases: list[QueryCase], args: argparse.Namespace) -> int:
+    """``lookup`` against a running ``kb-retrieval serve``: the same lines an in-process lookup prints."""
+    from kb_retrieval.service.client import LookupClient, ServerError
+
+    token = os.environ.get(SERVER_TOKEN_ENV, "")
+    register_secret(token)
+    try:
+        client = LookupClient(url, token)
+        for case in cases:
+            if args.queries is not None:
+                print(result_json(client.lookup_json(case.query), case.case_id), flush=True)
+            elif args.json:
+                print(result_json(client.lookup_json(case.query)))
+            else:
+                print(client.lookup_text(case.query))
+    except ServerError as exc:
+        raise CliError(str(exc)) from None
     return 0
 
 
@@ -217,13 +248,62 @@ def read_queries(source: str, max_query_chars: int = 4000) -> list[QueryCase]:
 
 
 def _check_query(query: str, where: str, max_query_chars: int) -> None:
-    """The lookup's own check (``transform_query``), run up front so a bad query fails before any output."""
-    from kb_retrieval.retrieval.query_transform import EmptyQueryError, transform_query
+    """The lookup's own check (``normalize_query``, what ``transform_query`` runs), up front so a bad query fails
+    before any output; light, so a lookup through a server loads nothing heavy."""
+    from kb_retrieval.retrieval.query_check import EmptyQueryError, normalize_query
 
     try:
-        transform_query(query, None, max_query_chars)
+        normalize_query(query, max_query_chars)
     except EmptyQueryError as exc:
         raise CliError(f"{where}: {exc}") from None
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    require_extra("serve", SERVE_MODULES, "serve")
+    from pydantic import ValidationError
+
+    from kb_retrieval.service.server import ServeError, run_server
+    from kb_retrieval.service.settings import ServeSettings
+
+    flags = {"host": args.host, "port": args.port, "token": args.token}
+    try:
+        serve = ServeSettings(**{k: v for k, v in flags.items() if v is not None})
+    except ValidationError as error:
+        names = {field: f"KB_SERVER_{field.upper()}" for field in ServeSettings.model_fields}
+        raise CliError(describe_settings_error(error, names | {k: f"--{k}" for k, v in flags.items() if v})) from None
+    register_secret(serve.token.get_secret_value())
+    try:
+        return run_server(settings_from_args(args), serve)
+    except ServeError as exc:
+        raise CliError(str(exc)) from None
+
+
+def cmd_traces(args: argparse.Namespace) -> int:
+    from kb_retrieval.traces import TraceStore, row_dict
+
+    settings = settings_from_args(args)
+    store = TraceStore.from_settings(settings)
+    try:
+        rows = store.latest(args.limit)
+    finally:
+        store.close()
+    if args.json:
+        for row in rows:
+            print(json.dumps(row_dict(row), ensure_ascii=False, sort_keys=True))
+        return 0
+    for row in rows:
+        details = row.retrieval_details or {}
+        sources = [b.get("source") for b in details.get("evidence_blocks", [])]
+        fallback = details.get("fallback_reason")
+        print(
+            f"#{row.id} {row_dict(row, details=False)['created_at']} {row.duration_ms:.0f} ms {row.evidence_status} "
+            f"layer={row.retrieval_layer} relevance={details.get('relevance_level')}"
+            + (f" fallback={fallback}" if fallback else "")
+            + f"\n    query: {row.query}\n    evidence: {', '.join(s for s in sources if s) or '(none)'}"
+        )
+    if not rows:
+        print(f"no tool_invocation rows in {settings.mask(settings.resolved_trace_db_url())}", file=sys.stderr)
+    return 0
 
 
 def cmd_fixtures_record(args: argparse.Namespace) -> int:
@@ -327,8 +407,30 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "caseId (the line's case_id, else FILE:LINE); every line is checked before the first lookup",
     )
     p.add_argument("--json", action="store_true", help="print the full result as JSON instead of the agent's text")
+    p.add_argument(
+        "--server",
+        metavar="URL",
+        help="send the lookups to a running `kb-retrieval serve` (e.g. http://127.0.0.1:8765) instead of loading the "
+        f"pipeline here; same output ({SERVER_URL_ENV}; its token from {SERVER_TOKEN_ENV})",
+    )
     add_lookup_arguments(p)
     p.set_defaults(func=cmd_lookup)
+
+    p = sub.add_parser("serve", help="one warm process for HTTP and MCP clients, Alertmanager and a test page")
+    p.add_argument("--host", help="address to bind (KB_SERVER_HOST; default 127.0.0.1: other addresses need a token)")
+    p.add_argument("--port", type=int, help="port (KB_SERVER_PORT; default 8765; 0: any free port)")
+    p.add_argument(
+        "--token",
+        help="bearer token clients must send (KB_SERVER_TOKEN, preferred: a flag shows in the process list)",
+    )
+    add_lookup_arguments(p)
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("traces", help="the latest recorded tool_invocation rows")
+    p.add_argument("--limit", type=positive_int, default=20, help="rows to show, newest first (default 20)")
+    p.add_argument("--json", action="store_true", help="one JSON object per row, with its retrieval_details")
+    add_location_arguments(p)
+    p.set_defaults(func=cmd_traces)
 
     p = sub.add_parser("fixtures", help="fixtures for the offline evaluator")
     fsub = p.add_subparsers(dest="fixtures_command", required=True, metavar="SUBCOMMAND")
@@ -339,9 +441,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_fixtures_record)
 
     p = sub.add_parser("eval", help="offline evaluation of golden cases against recorded fixtures (no services)")
-    from kb_retrieval.evaluation.runner import add_eval_arguments
+    if command in (None, "eval"):  # its options load with it; `lookup --server` stays a light process
+        from kb_retrieval.evaluation.runner import add_eval_arguments
 
-    add_eval_arguments(p)
+        add_eval_arguments(p)
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("compare", help="the current path against the stock sidecar retriever, per golden case")

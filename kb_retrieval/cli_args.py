@@ -87,6 +87,12 @@ def settings_from_args(args: argparse.Namespace, **updates: Any) -> Settings:
     return settings
 
 
+def register_secret(value: str) -> None:
+    """Mask ``value`` (a token this process was given) in every message the CLI prints from now on."""
+    if value:
+        _SECRETS.add(value)
+
+
 def describe_settings_error(error: ValidationError, flags: dict[str, str] | None = None) -> str:
     """One line per invalid setting, named by its flag (when one gave it) or its environment variable.
 

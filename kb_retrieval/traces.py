@@ -412,6 +412,14 @@ class TraceStore:
                     stmt = stmt.limit(limit)
                 return list(session.scalars(stmt))
 
+    def latest(self, limit: int) -> list[ToolInvocation]:
+        """The ``limit`` most recent rows, newest first; rows this store accepted before the call are waited for."""
+        self.flush()
+        with self._sqlite_serialised():
+            self._ensure_schema()
+            with Session(self.engine) as session:
+                return list(session.scalars(select(ToolInvocation).order_by(ToolInvocation.id.desc()).limit(limit)))
+
     def count(self) -> int:
         """How many rows the table holds; rows this store accepted before the call are waited for (bounded)."""
         self.flush()
@@ -448,6 +456,25 @@ class TraceStore:
             if self._settled == settled:
                 self._give_up_pending(f"{why} (none settled for {self.timeout_s + WAIT_MARGIN_S:g} s)")
                 return
+
+
+def row_dict(row: ToolInvocation, *, details: bool = True) -> dict[str, Any]:
+    """One row as JSON-ready data (what ``kb-retrieval traces --json`` prints and ``GET /v1/traces`` answers): its
+    columns, with ``retrieval_details`` when ``details``."""
+    created = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=dt.timezone.utc)
+    out: dict[str, Any] = {
+        "id": row.id,
+        "tool_name": row.tool_name,
+        "query": row.query,
+        "created_at": created.isoformat(),
+        "duration_ms": row.duration_ms,
+        "found": row.found,
+        "evidence_status": row.evidence_status,
+        "retrieval_layer": row.retrieval_layer,
+    }
+    if details:
+        out["retrieval_details"] = row.retrieval_details
+    return out
 
 
 class _Job:

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("kb_retrieval", "sidecar")
 PROJECT = "kb-retrieval"
 #: Module prefix -> the extra its imports may use (the README names each extra and its command).
-EXTRAS = {"kb_retrieval.bench": "bench"}
+EXTRAS = {"kb_retrieval.bench": "bench", "kb_retrieval.service": "serve"}
 #: (module, distribution): imported only when installed; the module works without it (the reason says how).
 OPTIONAL: dict[tuple[str, str], str] = {
     ("kb_retrieval.reporting", "matplotlib"): "report charts are drawn when matplotlib (an extra) is installed, "

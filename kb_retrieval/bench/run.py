@@ -65,6 +65,10 @@ def run_bench(shared: Path, out_dir: Path, state_root: Path, *, parts: set[str],
         _log(f"[speed] warm latency: {report['speed']['warm_latency']}")
         report["speed"]["start_up"] = start_up(settings, embed_model, queries[0])
         _log(f"[speed] start-up: {report['speed']['start_up']}")
+        from kb_retrieval.bench.serve import served_latency
+
+        report["speed"]["served_latency"] = served_latency(settings, queries[:30], state_root)
+        _log(f"[speed] through kb-retrieval serve: {report['speed']['served_latency']}")
         throughput_dir = state_root / "throughput"
         _remove_tree(throughput_dir)
         report["speed"]["ingest_throughput"] = ingest_throughput(runbooks, throughput_dir, embed_model)
@@ -246,6 +250,13 @@ def summary_markdown(report: dict[str, Any]) -> str:
             f"Start-up: a KnowledgeLookup on the runbooks corpus builds in {start['lookup_build_s']} s (model "
             f"loaded); a CLI lookup from nothing takes {start['cli_lookup_wall_s']} s wall, "
             f"{start['cli_lookup_peak_rss_mb']} MB peak RSS (median of {start['runs']})."
+        )
+    if served := speed.get("served_latency"):
+        lines.append(
+            f"Through `kb-retrieval serve` (POST /v1/lookup, {served['queries']} warm lookups): p50 "
+            f"{served['server_ms']['p50']} ms / p95 {served['server_ms']['p95']} ms against "
+            f"{served['in_process_ms']['p50']} / {served['in_process_ms']['p95']} ms in process (the HTTP hop "
+            f"{served['http_hop_p50_ms']} ms at p50)."
         )
     if throughput := speed.get("ingest_throughput"):
         lines.append(

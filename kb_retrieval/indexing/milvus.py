@@ -213,6 +213,17 @@ def _open_lite(uri: str, settings: Settings) -> MilvusClient:
         raise MilvusUnavailableError(f"cannot open Milvus Lite data dir {data_dir}: {exc}") from exc
 
 
+def release_lite(settings: Settings) -> None:
+    """Close this process's Milvus Lite server of ``settings``: Lite opens a data dir in one process only, so this
+    lets another process (a subprocess, ``kb-retrieval serve``) open it. Clients of it in this process stop working.
+    Nothing to do for a Milvus server."""
+    if settings.is_milvus_server():
+        return
+    from milvus_lite.server_manager import server_manager_instance
+
+    server_manager_instance.release_server(settings.resolved_milvus_uri())
+
+
 def _check_reachable(uri: str, timeout_s: float, settings: Settings) -> None:
     """Fail within the timeout, with the URI (password masked) in the message, when nothing listens at host:port."""
     parsed = urlparse(uri)

@@ -8,30 +8,20 @@ from __future__ import annotations
 
 from llama_index.core.instrumentation import get_dispatcher
 
-from kb_retrieval.knowledge.text import clean_text
 from kb_retrieval.models import L0Hints, QueryTransform
 from kb_retrieval.retrieval.l0_hints import L0HintProvider
+from kb_retrieval.retrieval.query_check import EmptyQueryError, normalize_query
+
+__all__ = ["EmptyQueryError", "transform_query"]
 
 dispatcher = get_dispatcher(__name__)
 
 
-class EmptyQueryError(ValueError):
-    """The query is empty or only whitespace/control characters."""
-
-
 @dispatcher.span
 def transform_query(query: str, l0: L0HintProvider | None, max_query_chars: int) -> QueryTransform:
-    if not isinstance(query, str):
-        raise EmptyQueryError(f"query must be a string, got {type(query).__name__}")
-    notes: list[str] = []
+    normalized, truncated = normalize_query(query, max_query_chars)
     original = query
-    truncated = len(query) > max_query_chars
-    if truncated:
-        query = query[:max_query_chars]
-        notes.append(f"query truncated from {len(original)} to {max_query_chars} characters")
-    normalized = clean_text(query).replace("\n", " ")
-    if not normalized:
-        raise EmptyQueryError("query is empty: pass a question or an alert text")
+    notes = [f"query truncated from {len(original)} to {max_query_chars} characters"] if truncated else []
 
     hints = l0.hints(normalized) if l0 is not None else None
     domains = [d for d in (hints.domains if hints else []) if d.strip()]

@@ -24,6 +24,7 @@ from sqlalchemy import create_engine, text
 from kb_retrieval.config import Settings
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing.ingest import ingest
+from kb_retrieval.indexing.milvus import release_lite
 from kb_retrieval.models import Candidate, LookupResult
 from kb_retrieval.retrieval.l1.base import L1Search
 from kb_retrieval.retrieval.l1.retriever import L1Retriever
@@ -60,14 +61,6 @@ def write_kb(root: Path, docs: dict[str, str]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(body, encoding="utf-8")
     return root
-
-
-def release_lite(settings: Settings) -> None:
-    """Close this process's Milvus Lite server of ``settings`` (one process per data dir: before a subprocess)."""
-    from milvus_lite.server_manager import server_manager_instance
-
-    if not settings.is_milvus_server():
-        server_manager_instance.release_server(settings.resolved_milvus_uri())
 
 
 def check_result(result: LookupResult, settings: Settings) -> None:

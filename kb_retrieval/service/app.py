@@ -1,0 +1,262 @@
+"""The ASGI app: thin routes over a :class:`~kb_retrieval.service.runner.LookupRunner`, and ``/mcp``.
+
+    GET  /                  the retrieval-test page (static HTML and JS; content shown as text, never as HTML)
+    GET  /healthz           200 with the collection, chunk count and lexical mode; 503 with the reason
+    POST /v1/lookup         {"query": ..., "settings": {...}} -> the JSON ``kb-retrieval lookup --json`` prints
+                            (``Accept: text/plain``: the agent's text, what ``lookup`` prints without ``--json``)
+    POST /v1/alertmanager   an Alertmanager webhook payload -> one result per alert, in payload order
+    GET  /v1/traces         the latest ``tool_invocation`` rows
+    POST /mcp               MCP (streamable HTTP): the ``lookup_knowledge`` tool
+
+Every error is a JSON ``{"error": "<one line>"}`` with a 4xx or 5xx status, never a traceback.
+
+Example:
+    >>> app = create_app(KnowledgeLookup(settings), ServeSettings())  # doctest: +SKIP
+    >>> uvicorn.run(app, host="127.0.0.1", port=8765)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import ValidationError
+
+from kb_retrieval.engine import KnowledgeLookup
+from kb_retrieval.indexing.milvus import count_rows
+from kb_retrieval.output import result_json
+from kb_retrieval.result import agent_text
+from kb_retrieval.retrieval.query_check import EmptyQueryError
+from kb_retrieval.service.alertmanager import alert_query
+from kb_retrieval.service.mcp import make_mcp_server
+from kb_retrieval.service.models import (
+    OVERRIDABLE,
+    AlertmanagerPayload,
+    AlertmanagerResponse,
+    AlertResult,
+    ErrorBody,
+    Health,
+    LookupRequest,
+    TraceRows,
+)
+from kb_retrieval.service.runner import BusyError, LookupRunner, QueryTooLongError
+from kb_retrieval.service.security import AccessLogMiddleware, BearerTokenMiddleware, BodyLimitMiddleware
+from kb_retrieval.service.settings import ServeSettings
+from kb_retrieval.traces import row_dict
+
+log = logging.getLogger(__name__)
+PAGE_DIR = Path(__file__).parent / "page"
+#: The page's scripts come from this server only: even text that slipped into HTML could not run.
+PAGE_HEADERS = {
+    "content-security-policy": "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "object-src 'none'; base-uri 'none'; frame-ancestors 'none'",
+    "x-content-type-options": "nosniff",
+    "cache-control": "no-cache",
+}
+HEALTH_TIMEOUT_S = 5.0
+MAX_TRACE_ROWS = 500
+ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (401, 413, 422, 500, 503)}
+
+
+def get_runner(request: Request) -> LookupRunner:
+    runner: LookupRunner = request.app.state.runner
+    return runner
+
+
+Runner = Annotated[LookupRunner, Depends(get_runner)]
+
+
+def create_app(lookup: KnowledgeLookup, serve: ServeSettings | None = None) -> FastAPI:
+    """The app over ``lookup`` (which the caller closes). Lookups run on a pool of ``retriever_workers`` threads."""
+    serve = serve or ServeSettings()
+    runner = LookupRunner(
+        lookup,
+        workers=lookup.settings.retriever_workers,
+        max_pending=serve.max_pending,
+        max_overrides=serve.max_overrides,
+    )
+    health_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kb-health")
+    mcp_server = make_mcp_server(runner)
+    mcp_app = mcp_server.streamable_http_app(
+        streamable_http_path="/mcp",
+        stateless_http=True,  # every call stands alone: no session to keep, any client reconnects freely
+        json_response=True,
+        host=serve.host,  # loopback: the SDK's DNS-rebinding protection checks Host and Origin
+        max_request_body_size=serve.max_body_bytes,
+    )
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        async with mcp_server.session_manager.run():  # the MCP transport's task group lives with the app
+            yield
+        runner.close()  # in-flight lookups finish (their trace rows accepted) before the process goes on to close
+        health_pool.shutdown(wait=False, cancel_futures=True)
+
+    app = FastAPI(
+        title="kb-retrieval",
+        summary="lookup_knowledge over HTTP and MCP",
+        lifespan=lifespan,
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.runner = runner
+    app.state.lookup = lookup
+    app.router.routes.extend(mcp_app.routes)
+    # Outermost last: the access log sees every request, refused ones included.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=serve.max_body_bytes)
+    app.add_middleware(BearerTokenMiddleware, token=serve.token.get_secret_value())
+    app.add_middleware(AccessLogMiddleware, stored_query=lookup.traces.stored_query)
+    _add_error_handlers(app)
+
+    @app.get("/", include_in_schema=False)
+    def page() -> Response:
+        return Response((PAGE_DIR / "index.html").read_bytes(), media_type="text/html", headers=PAGE_HEADERS)
+
+    @app.get("/page/app.js", include_in_schema=False)
+    def page_script() -> Response:
+        return Response((PAGE_DIR / "app.js").read_bytes(), media_type="text/javascript", headers=PAGE_HEADERS)
+
+    @app.get("/healthz", response_model=Health, responses={503: {"model": Health}})
+    async def healthz() -> JSONResponse:
+        """Whether the collection can be searched: its chunk count read from Milvus now (bounded wait)."""
+        settings = lookup.settings
+        base: dict[str, Any] = {
+            "collection": settings.collection,
+            "milvus": "server" if settings.is_milvus_server() else "lite",
+            "lexical_mode": lookup.lexical_mode,
+            "index_version": lookup.index_version or None,
+        }
+        loop = asyncio.get_running_loop()
+        try:
+            chunks = await asyncio.wait_for(
+                loop.run_in_executor(health_pool, count_rows, lookup.client, settings), HEALTH_TIMEOUT_S
+            )
+        except Exception as exc:
+            reason = "no answer within 5 s" if isinstance(exc, TimeoutError) else _one_line(exc)
+            body = Health(status="unavailable", reason=settings.mask(f"Milvus: {reason}"), **base)
+            return JSONResponse(body.model_dump(), status_code=503)
+        return JSONResponse(Health(status="ok", chunks=chunks, **base).model_dump())
+
+    @app.post(
+        "/v1/lookup",
+        responses={
+            **ERRORS,
+            200: {"description": "The LookupResult JSON (or, with Accept: text/plain, the agent's text)."},
+        },
+    )
+    async def lookup_route(body: LookupRequest, request: Request, runner: Runner) -> Response:
+        """One lookup: exactly the JSON ``kb-retrieval lookup --json`` prints."""
+        request.scope["state"]["access"]["query"] = body.query
+        runner.check_length(body.query)
+        result = await runner.lookup(body.query, body.overrides())
+        if request.headers.get("accept", "").startswith("text/plain"):
+            return PlainTextResponse(agent_text(result))
+        return Response(result_json(result.to_json_dict()), media_type="application/json")
+
+    @app.post("/v1/alertmanager", response_model=AlertmanagerResponse, responses=ERRORS)
+    async def alertmanager(payload: AlertmanagerPayload, runner: Runner) -> AlertmanagerResponse:
+        """An Alertmanager webhook (version 4): a lookup per firing alert, resolved ones skipped, in payload order."""
+        if len(payload.alerts) > serve.max_alerts:
+            raise _TooManyAlertsError(
+                f"{len(payload.alerts)} alerts; at most {serve.max_alerts} (KB_SERVER_MAX_ALERTS)"
+            )
+        results = []
+        pending = []
+        for alert in payload.alerts:
+            entry = AlertResult(
+                alertname=alert.labels.get("alertname", ""), fingerprint=alert.fingerprint, status=alert.status
+            )
+            if alert.status == "resolved":
+                entry.skipped = "resolved: no lookup for an alert that has ended"
+            elif not (query := alert_query(alert.labels, alert.annotations)):
+                entry.skipped = "nothing to search: no alertname, summary, description or label worth searching"
+            else:
+                entry.query = query
+                pending.append((entry, runner.lookup(query)))
+            results.append(entry)
+        done = await asyncio.gather(*(job for _, job in pending))
+        for (entry, _), result in zip(pending, done, strict=True):
+            entry.result = result.to_json_dict()
+        return AlertmanagerResponse(
+            receiver=payload.receiver,
+            alerts=len(results),
+            looked_up=len(pending),
+            skipped=len(results) - len(pending),
+            results=results,
+        )
+
+    @app.get("/v1/traces", response_model=TraceRows, responses=ERRORS)
+    async def traces(
+        runner: Runner, limit: Annotated[int, Query(ge=1, le=MAX_TRACE_ROWS)] = 20, details: bool = True
+    ) -> TraceRows:
+        """The latest ``tool_invocation`` rows, newest first (rows of lookups answered before are included)."""
+        rows = await runner.call(lookup.traces.latest, limit)
+        return TraceRows(rows=[row_dict(row, details=details) for row in rows])
+
+    return app
+
+
+class _TooManyAlertsError(ValueError):
+    pass
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:300]}" if text else type(exc).__name__
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+def describe_validation(errors: list[Any]) -> str:
+    """Pydantic errors as one line (``where: what``; input values never echoed: they may be alert text)."""
+    parts = []
+    for item in errors:
+        loc = ".".join(str(p) for p in item.get("loc", ()) if p != "body") or "body"
+        message = str(item.get("msg", "invalid")).removeprefix("Value error, ")
+        if item.get("type") == "extra_forbidden":
+            message = "unknown field"
+            if loc.startswith("settings."):
+                message += " (the settings a request may change: " + ", ".join(OVERRIDABLE) + ")"
+        parts.append(f"{loc}: {message}")
+    return "; ".join(parts)
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error(422, "invalid request: " + describe_validation(list(exc.errors())))
+
+    @app.exception_handler(ValidationError)
+    async def invalid_settings(_: Request, exc: ValidationError) -> JSONResponse:
+        return _error(422, "invalid settings: " + describe_validation(exc.errors(include_url=False)))
+
+    @app.exception_handler(EmptyQueryError)
+    async def empty_query(_: Request, exc: EmptyQueryError) -> JSONResponse:
+        return _error(422, str(exc))
+
+    @app.exception_handler(QueryTooLongError)
+    async def too_long(_: Request, exc: QueryTooLongError) -> JSONResponse:
+        return _error(422, str(exc))
+
+    @app.exception_handler(_TooManyAlertsError)
+    async def too_many_alerts(_: Request, exc: _TooManyAlertsError) -> JSONResponse:
+        return _error(413, str(exc))
+
+    @app.exception_handler(BusyError)
+    async def busy(_: Request, exc: BusyError) -> JSONResponse:
+        return _error(503, str(exc), {"retry-after": "1"})
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.error("request failed: %s", _one_line(exc), exc_info=exc)
+        return _error(500, f"internal error ({type(exc).__name__}); the server log has the details")

@@ -1,0 +1,95 @@
+"""Lookups for the server: on a bounded thread pool, never on the event loop, with per-request setting overrides.
+
+A lookup is mostly CPU work under the GIL (embedding, rerank), so the pool has ``retriever_workers`` threads (2 by
+default, the cores here) and at most ``max_pending`` lookups are admitted at once; past that a request is told the
+server is busy instead of queueing without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from kb_retrieval.engine import KnowledgeLookup
+from kb_retrieval.models import LookupResult
+
+T = TypeVar("T")
+
+
+class BusyError(RuntimeError):
+    """Every admission slot is taken: the client should retry shortly (HTTP 503)."""
+
+
+class QueryTooLongError(ValueError):
+    """The query is longer than the server accepts (``max_query_chars``)."""
+
+
+class LookupRunner:
+    """Runs ``KnowledgeLookup.lookup`` on a pool of ``workers`` threads; ``max_pending`` admitted at once.
+
+    Example:
+        >>> runner = LookupRunner(lookup, workers=2, max_pending=64)  # doctest: +SKIP
+        >>> result = await runner.lookup("etcd has no leader", {"max_evidence_blocks": 3})  # doctest: +SKIP
+    """
+
+    def __init__(self, lookup: KnowledgeLookup, *, workers: int, max_pending: int, max_overrides: int = 32) -> None:
+        self.base = lookup
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kb-lookup")
+        self._admitted = threading.BoundedSemaphore(max_pending)
+        self._variants: OrderedDict[tuple[tuple[str, Any], ...], KnowledgeLookup] = OrderedDict()
+        self._variants_lock = threading.Lock()
+        self._max_overrides = max_overrides
+
+    @property
+    def max_query_chars(self) -> int:
+        return self.base.settings.max_query_chars
+
+    def check_length(self, query: str) -> None:
+        if len(query) > self.max_query_chars:
+            raise QueryTooLongError(
+                f"query is {len(query)} characters; the server accepts at most {self.max_query_chars} "
+                "(KB_MAX_QUERY_CHARS)"
+            )
+
+    def variant(self, overrides: dict[str, Any]) -> KnowledgeLookup:
+        """The pipeline with ``overrides`` applied (validated like any setting), kept for the next request that
+        asks the same; the base pipeline when there are none."""
+        if not overrides:
+            return self.base
+        key = tuple(sorted(overrides.items()))
+        with self._variants_lock:
+            found = self._variants.get(key)
+            if found is not None:
+                self._variants.move_to_end(key)
+                return found
+        made = self.base.with_settings(**overrides)
+        with self._variants_lock:
+            self._variants[key] = made
+            while len(self._variants) > self._max_overrides:
+                self._variants.popitem(last=False)
+        return made
+
+    async def lookup(self, query: str, overrides: dict[str, Any] | None = None) -> LookupResult:
+        """One lookup on the pool (the overridden pipeline assembled there too). Raises ``BusyError`` when
+        ``max_pending`` lookups are already admitted, a ``ValidationError`` for an override no setting accepts."""
+        return await self.call(self._lookup, query, overrides or {})
+
+    def _lookup(self, query: str, overrides: dict[str, Any]) -> LookupResult:
+        return self.variant(overrides).lookup(query)
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the pool, admitted like a lookup (health checks and trace reads use it too)."""
+        if not self._admitted.acquire(blocking=False):
+            raise BusyError("the server is busy: every lookup slot is taken (KB_SERVER_MAX_PENDING); retry shortly")
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+        finally:
+            self._admitted.release()
+
+    def close(self) -> None:
+        """Wait for the lookups already running or queued, then stop the threads (their trace rows are accepted)."""
+        self.pool.shutdown(wait=True)

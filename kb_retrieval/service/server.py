@@ -1,0 +1,99 @@
+"""``kb-retrieval serve``: build the lookup once, serve it with uvicorn, and drain the traces on the way out.
+
+SIGTERM or Ctrl-C: uvicorn stops accepting connections and waits for the requests in flight; the app's lifespan
+then waits for the lookups on the pool; last, closing the lookup writes every trace row it accepted (the trace
+store's drain). A request answered is a row recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from types import FrameType
+from typing import Any
+
+import uvicorn
+
+from kb_retrieval.config import KBSettings
+from kb_retrieval.service.settings import ServeSettings, is_loopback
+
+
+class ServeError(ValueError):
+    """A setting ``serve`` refuses (printed as one line by the CLI)."""
+
+
+def check_binding(serve: ServeSettings) -> None:
+    """Only loopback without a token: any other address would hand the knowledge base to the network."""
+    if not is_loopback(serve.host) and not serve.token.get_secret_value():
+        raise ServeError(
+            f"binding {serve.host} (not loopback) needs a bearer token: set KB_SERVER_TOKEN (or --token) and have "
+            "clients send 'Authorization: Bearer <token>'"
+        )
+
+
+def run_server(settings: KBSettings, serve: ServeSettings) -> int:
+    """Serve until SIGTERM / SIGINT; 0 on a clean stop."""
+    check_binding(serve)
+    from kb_retrieval.engine import KnowledgeLookup
+    from kb_retrieval.service.app import create_app
+    from kb_retrieval.traces import TraceStore
+
+    if serve.access_log:
+        access = logging.getLogger("kb_retrieval.access")
+        access.setLevel(logging.INFO)
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        access.addHandler(handler)
+        access.propagate = False
+    lookup = KnowledgeLookup(settings, trace_store=TraceStore.from_settings(settings))
+    try:
+        app = create_app(lookup, serve)
+        config = uvicorn.Config(
+            app,
+            host=serve.host,
+            port=serve.port,
+            access_log=False,  # ours is structured and keeps query text out when traces do
+            log_config=None,
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=None,  # wait for every request in flight: each one's row is accepted
+        )
+        server = uvicorn.Server(config)
+        _announce(server, serve, settings)
+        # uvicorn stops gracefully on SIGTERM and then raises the signal again for its default action, which would
+        # end the process before the trace rows are written: here it only says so, and the lookup is closed below.
+        previous = signal.signal(signal.SIGTERM, _stopped_by_sigterm)
+        try:
+            server.run()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    finally:
+        lookup.close()  # writes every accepted trace row (or logs and counts what the database refused)
+        failures = lookup.traces.failures
+        print(f"kb-retrieval serve stopped ({failures} trace rows not recorded)", file=sys.stderr, flush=True)
+    return 0
+
+
+def _stopped_by_sigterm(signum: int, frame: FrameType | None) -> None:
+    print("kb-retrieval serve: stopped by SIGTERM (the requests in flight were answered)", file=sys.stderr, flush=True)
+
+
+def _announce(server: uvicorn.Server, serve: ServeSettings, settings: KBSettings) -> None:
+    """Say where the server listens once it does (the port is known then, also for ``--port 0``)."""
+    original = server.startup
+
+    async def startup(sockets: list[Any] | None = None) -> None:
+        await original(sockets=sockets)
+        for srv in server.servers:
+            for sock in srv.sockets:
+                host, port = sock.getsockname()[:2]
+                shown = f"[{host}]" if ":" in host else host
+                print(
+                    f"kb-retrieval serve: listening on http://{shown}:{port} (collection {settings.collection}; "
+                    f"page /, API /v1/lookup, MCP /mcp{'; token required' if serve.token.get_secret_value() else ''})",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+    server.startup = startup  # type: ignore[method-assign]
