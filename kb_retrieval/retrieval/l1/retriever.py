@@ -51,8 +51,10 @@ class L1Retriever(BaseRetriever):
         self.embed_model = embed_model
         self.category_filter = category_filter
 
-    def filter_expr(self, category: str | None, ids: list[str] | None = None) -> str | None:
-        parts = []
+    def filter_expr(self, category: str | None, ids: list[str] | None = None, scope: str | None = None) -> str | None:
+        """The expression of one request: the caller's ``scope`` (a translated ``MetadataFilters``, always applied),
+        the category hint and an id restriction, joined by AND."""
+        parts = [f"({scope})"] if scope else []
         if category and self.settings.category_field:
             parts.append(equals_expr(self.settings.category_field, category))
         if ids:
@@ -66,10 +68,11 @@ class L1Retriever(BaseRetriever):
         top_k: int | None = None,
         ids: list[str] | None = None,
         timeout: float | None = None,
+        scope: str | None = None,
     ) -> L1Search:
         """Dense search in Milvus; ``ids`` restricts it to those chunks (scoring lexical candidates in Milvus)."""
         limit = len(ids) if ids else top_k or self.settings.top_k
-        return self.path.search(embedding, limit, self.filter_expr(category, ids), timeout)
+        return self.path.search(embedding, limit, self.filter_expr(category, ids, scope), timeout)
 
     def hybrid_search(
         self,
@@ -78,6 +81,7 @@ class L1Retriever(BaseRetriever):
         category: str | None = None,
         timeout: float | None = None,
         ids: list[str] | None = None,
+        scope: str | None = None,
     ) -> L1Search:
         """Dense (``top_k``) and BM25 (``lexical_top_k``) in one Milvus call, both under the category filter, and
         ``ids`` (the exact-identifier candidates) by a dense request restricted to them in the same call; the path must
@@ -87,8 +91,8 @@ class L1Retriever(BaseRetriever):
             terms,
             self.settings.top_k,
             self.settings.lexical_top_k,
-            self.filter_expr(category),
-            ids_filter=self.filter_expr(category, ids) if ids else None,
+            self.filter_expr(category, scope=scope),
+            ids_filter=self.filter_expr(category, ids, scope) if ids else None,
             ids_count=len(ids or []),
         )
         path: Any = self.path
