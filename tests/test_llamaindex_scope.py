@@ -24,7 +24,7 @@ def test_similarity_top_k_is_the_evidence_documents_returned(sample_lookup):
 
 
 def test_unknown_overrides_are_refused_with_the_valid_names(sample_lookup):
-    with pytest.raises(ValueError, match="unknown setting\\(s\\) top_kk; valid: .*max_evidence_blocks") as raised:
+    with pytest.raises(ValueError, match=r"unknown setting\(s\) top_kk; valid: .*max_evidence_blocks") as raised:
         sample_lookup.as_retriever(top_kk=3)
     assert "\n" not in str(raised.value)
     with pytest.raises(ValueError, match="unknown setting"):

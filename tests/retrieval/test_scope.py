@@ -21,7 +21,10 @@ KEYS = {"team", "position", "keywords"}
 
 def expr(*filters: MetadataFilter | MetadataFilters, condition: FilterCondition = FilterCondition.AND) -> str | None:
     return scope_expr(
-        MetadataFilters(filters=list(filters), condition=condition), scalar=SCALAR, json_field="metadata", json_keys=KEYS
+        MetadataFilters(filters=list(filters), condition=condition),
+        scalar=SCALAR,
+        json_field="metadata",
+        json_keys=KEYS,
     )
 
 
