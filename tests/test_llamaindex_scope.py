@@ -65,6 +65,12 @@ def test_or_and_metadata_keys(sample_lookup):
     assert "mysql" not in {
         c.category for c in sample_lookup.lookup_detailed("mysql replication lag", filters=not_mysql).ranking
     }
+    critical = MetadataFilters(
+        filters=[MetadataFilter(key="severity", value=["critical"], operator=FilterOperator.IN)]
+    )  # `in` on a JSON metadata key (Milvus Lite refuses the plain form)
+    assert {c.source for c in sample_lookup.lookup_detailed("node not ready", filters=critical).ranking} == {
+        "kubernetes/node-not-ready.md"
+    }
     later = MetadataFilters(filters=[MetadataFilter(key="position", value=1, operator=FilterOperator.GTE)])
     assert sample_lookup.lookup_detailed(ALERT, filters=later).ranking  # a numeric comparison on a JSON key runs
 

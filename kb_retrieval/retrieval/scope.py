@@ -89,6 +89,11 @@ def _one(f: MetadataFilter, scalar: Mapping[str, str], json_field: str, json_key
     if op in (FilterOperator.IN, FilterOperator.NIN):
         if not isinstance(value, list) or not value:
             raise ScopeFilterError(f"filter {f.key!r} {op.value}: needs a non-empty list, got {value!r}")
+        if target.startswith(f"{json_field}["):
+            # Milvus Lite 3.2 refuses `in` on a JSON path ("left side of 'in' must be a field reference"): the same
+            # test as equalities joined by OR.
+            any_of = " or ".join(f"{target} == {_literal(f.key, v)}" for v in value)
+            return f"({any_of})" if op == FilterOperator.IN else f"not ({any_of})"
         listed = ", ".join(_literal(f.key, v) for v in value)
         return f"{target} {'in' if op == FilterOperator.IN else 'not in'} [{listed}]"
     if op == FilterOperator.CONTAINS and target.startswith(f"{json_field}["):
