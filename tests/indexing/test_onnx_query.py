@@ -241,14 +241,15 @@ def test_query_encoder_falls_back_when_the_export_fails(
 
     monkeypatch.setattr(onnx_query, "export_onnx", broken_export)
     with caplog.at_level(logging.WARNING, logger=onnx_query.__name__):
-        assert query_encoder(Settings(model_cache_dir=tmp_path / "empty"), None) is embed_model  # the cached model
+        fallback = query_encoder(Settings(model_cache_dir=tmp_path / "empty"), None)  # the bundled model itself
+    assert type(fallback).__name__ == "HuggingFaceEmbedding" and fallback.model_name == embed_model.model_name
     assert "exporter exploded" in caplog.text
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger=onnx_query.__name__):
-        assert query_encoder(Settings(model_cache_dir=blocker / "cache"), None) is embed_model
-    assert str(blocker / "cache") in caplog.text
+        fallback = query_encoder(Settings(model_cache_dir=blocker / "cache"), None)
+    assert type(fallback).__name__ == "HuggingFaceEmbedding" and str(blocker / "cache") in caplog.text
 
 
 def test_model_cache_dir_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
