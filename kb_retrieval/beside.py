@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 from importlib import import_module
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
     from llama_index.core.base.embeddings.base import BaseEmbedding
 
     from kb_retrieval.config import Settings
+
+log = logging.getLogger(__name__)
 
 #: ``retrieval_details.sidecar`` of a lookup without a comparison run.
 DISABLED_REASON = "sidecar not enabled (KB_SIDECAR_ENABLED=false)"
@@ -53,11 +56,51 @@ def disabled_entry() -> dict[str, Any]:
     return {"status": "disabled", "reason": DISABLED_REASON}
 
 
+class UnavailableRun:
+    """The run of a comparison runner that could not be created: status ``unavailable`` with the reason."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def trace_entry(self) -> dict[str, Any]:
+        return {"status": "unavailable", "reason": self.reason}
+
+    def collect(self) -> UnavailableRun:  # its own job: nothing to wait for
+        return self
+
+
+class UnavailableRunner:
+    """Stands in for a runner whose factory failed: every job is ``unavailable``, the lookup runs as usual."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def start(self, query: str) -> UnavailableRun:
+        return UnavailableRun(self.reason)
+
+
 def load_runner(dotted: str, settings: Settings, embed_model: BaseEmbedding) -> BesideRunner:
-    """Create the runner named ``"package.module:Factory"`` (imported only here, only when enabled)."""
+    """Create the runner named ``"package.module:Factory"`` (imported only here, only when enabled).
+
+    A factory that cannot be imported or called never fails the lookup's construction: the runner is then an
+    :class:`UnavailableRunner` whose runs say why (status ``unavailable``, logged once here).
+    """
     module_name, _, attr = dotted.partition(":")
-    if not module_name or not attr:
-        raise ValueError(f"sidecar_factory must look like 'package.module:Factory', got {dotted!r}")
-    factory = getattr(import_module(module_name), attr)
-    runner: BesideRunner = factory(settings, embed_model)
+    try:
+        if not module_name or not attr:
+            raise ValueError(f"sidecar_factory must look like 'package.module:Factory', got {dotted!r}")
+        factory = getattr(import_module(module_name), attr)
+        runner: BesideRunner = factory(settings, embed_model)
+    except Exception as exc:
+        reason = (
+            f"sidecar_factory {dotted!r} cannot be loaded: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        )
+        log.warning("%s", reason)
+        return UnavailableRunner(reason)
     return runner
+
+
+if TYPE_CHECKING:  # mypy checks that the stand-in implements the protocols
+    _runner: type[BesideRunner] = UnavailableRunner
+    _job: type[BesideJob] = UnavailableRun
+    _run: type[BesideRun] = UnavailableRun

@@ -491,7 +491,14 @@ class _MaskingFormatter(logging.Formatter):
         return mask_message(super().format(record))
 
 
+#: What the command-line process sets for itself before any model library is imported (the library never touches
+#: the environment): offline Hugging Face, and no tokenizer thread pools to fork.
+CLI_ENVIRONMENT = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    for name, value in CLI_ENVIRONMENT.items():
+        os.environ.setdefault(name, value)
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser(next((a for a in argv if not a.startswith("-")), None)).parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)

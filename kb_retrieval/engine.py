@@ -35,8 +35,10 @@ from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.doc_vectors import DocumentVectors
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.indexing.index_version import index_version
+from kb_retrieval.indexing.ingest_record import read_ingest_record
 from kb_retrieval.indexing.l0_index import L0Index
 from kb_retrieval.indexing.milvus import connect, ensure_collection, features_off, iter_rows, without_missing_fields
+from kb_retrieval.indexing.model_check import check_query_model
 from kb_retrieval.indexing.onnx_query import query_encoder
 from kb_retrieval.models import Candidate, LookupResult
 from kb_retrieval.query_engine import KnowledgeQueryEngine
@@ -55,13 +57,17 @@ from kb_retrieval.retrieval.l1.memory import MemoryMirror, MirrorTooLargeError, 
 from kb_retrieval.retrieval.lexical import LexicalIndex, lexical_document
 from kb_retrieval.retrieval.query_transform import transform_query
 from kb_retrieval.retrieval.rerank import RuleReranker
+from kb_retrieval.retrieval.scope import scope_expr
 from kb_retrieval.retrieval.stage import stage_of
 from kb_retrieval.retrieval.timing import StageClock
 from kb_retrieval.traces import TraceStore
 
 if TYPE_CHECKING:
+    from llama_index.core.base.base_query_engine import BaseQueryEngine
+    from llama_index.core.callbacks import CallbackManager
     from llama_index.core.postprocessor.types import BaseNodePostprocessor
     from llama_index.core.tools import FunctionTool
+    from llama_index.core.vector_stores.types import MetadataFilters
 
     from kb_retrieval.retriever import KnowledgeRetriever
 
@@ -107,6 +113,12 @@ class KnowledgeLookup:
         self.query_embed_model = query_encoder(self.settings, embed_model)
         self.embed_model = embed_model or self.query_embed_model
         custom_path = path is not None
+        # What ingest recorded (model id, KB roots, metadata keys); a query model that does not fit is refused here.
+        self.ingest_record = read_ingest_record(self.client, self.settings)
+        for note in check_query_model(
+            self.client, self.settings, self.query_embed_model, self.ingest_record.embed_model
+        ):
+            self.features_off.setdefault("embedding_check", note)
         self.path = path or make_path(self.settings, self.client)
         # Where searches run: a mirror of the collection in memory (Milvus Lite) or Milvus itself (a server).
         self.plan, self.plan_reason = choose_plan(self.client, self.settings, custom_path=custom_path)
@@ -250,6 +262,10 @@ class KnowledgeLookup:
         Example:
             >>> wide = lookup.with_settings(top_k=50, max_evidence_blocks=10)  # doctest: +SKIP
         """
+        if unknown := sorted(set(overrides) - set(KBSettings.model_fields)):
+            raise ValueError(
+                f"unknown setting(s) {', '.join(unknown)}; valid: {', '.join(sorted(KBSettings.model_fields))}"
+            )
         clone = copy.copy(self)
         clone.settings = self.settings.model_copy(update=overrides)
         KBSettings.model_validate(clone.settings.model_dump())  # overrides are validated like any setting
@@ -258,15 +274,28 @@ class KnowledgeLookup:
 
     # --- the pipeline ---------------------------------------------------------------------------------
 
-    @dispatcher.span
-    def lookup(self, query: str) -> LookupResult:
-        """Run one lookup and record it. Raises ``EmptyQueryError`` for an empty query; never for retrieval."""
-        return self.lookup_detailed(query).result
+    def scope_expr(self, filters: MetadataFilters | None) -> str | None:
+        """``filters`` as the Milvus expression every request of a lookup carries (:mod:`.retrieval.scope`); raises
+        ``ScopeFilterError`` for an operator it cannot translate or a key the collection does not have."""
+        s = self.settings
+        scalar = {name: f for name, f in (("category", s.category_field), ("source", s.source_field)) if f}
+        scalar |= {f: f for f in (s.id_field, s.category_field, s.source_field) if f}
+        return scope_expr(
+            filters, scalar=scalar, json_field=s.metadata_field, json_keys=set(self.ingest_record.metadata_keys)
+        )
 
     @dispatcher.span
-    def lookup_detailed(self, query: str) -> LookupDetails:
+    def lookup(self, query: str, *, filters: MetadataFilters | None = None) -> LookupResult:
+        """Run one lookup and record it. Raises ``EmptyQueryError`` for an empty query; never for retrieval.
+
+        ``filters``: a LlamaIndex ``MetadataFilters`` scope (e.g. a team or tenant key) on every Milvus request."""
+        return self.lookup_detailed(query, filters=filters).result
+
+    @dispatcher.span
+    def lookup_detailed(self, query: str, *, filters: MetadataFilters | None = None) -> LookupDetails:
         """The result, the document-level ranking it came from (one candidate per source, best first: the selected
         attempt's, or the last attempt's when none was usable) and the comparison run beside it."""
+        scope = self.scope_expr(filters)
         started = time.perf_counter()
         deadline = Deadline.after(self.settings.lookup_timeout_s)
         clock = StageClock()  # every part of the lookup is under one of its stages: they add up to elapsed_ms
@@ -296,6 +325,7 @@ class KnowledgeLookup:
                 embedding=embedding,
                 transform=transform,
                 category_filter=transform.category_filter,
+                scope=scope,
             )
             l1 = attempts.run(bundle, embedding, deadline, clock)
         selected = l1.selected
@@ -337,18 +367,54 @@ class KnowledgeLookup:
 
     # --- LlamaIndex faces -------------------------------------------------------------------------------
 
-    def as_retriever(self, **overrides: Any) -> KnowledgeRetriever:
+    def as_retriever(
+        self,
+        *,
+        similarity_top_k: int | None = None,
+        filters: MetadataFilters | None = None,
+        callback_manager: CallbackManager | None = None,
+        **overrides: Any,
+    ) -> KnowledgeRetriever:
         """The whole pipeline as a ``BaseRetriever``: nodes are the evidence, one per document, node id = source.
 
-        ``overrides`` change settings for this retriever only (e.g. ``max_evidence_blocks=10``).
+        ``similarity_top_k``: evidence documents returned at most (``max_evidence_blocks``); ``filters``: a
+        ``MetadataFilters`` scope on every Milvus request; ``overrides``: other settings for this retriever only
+        (e.g. ``top_k=50``). An unknown name, filter key or operator raises.
         """
         from kb_retrieval.retriever import KnowledgeRetriever
 
-        return KnowledgeRetriever(self.with_settings(**overrides) if overrides else self)
+        if similarity_top_k is not None:
+            overrides["max_evidence_blocks"] = similarity_top_k
+        lookup = self.with_settings(**overrides) if overrides or callback_manager is not None else self
+        if callback_manager is not None:  # the pipeline's rerankers report to it too (CBEventType.RERANKING)
+            for postprocessor in lookup.postprocessors:
+                postprocessor.callback_manager = callback_manager
+        return KnowledgeRetriever(lookup, filters=filters, callback_manager=callback_manager)
 
-    def as_query_engine(self, **kwargs: Any) -> KnowledgeQueryEngine:
-        """A query engine whose response is the agent's evidence text and whose source nodes are the evidence."""
-        return KnowledgeQueryEngine(lookup=self, **kwargs)
+    def as_query_engine(self, llm: Any = None, response_mode: Any = None, **kwargs: Any) -> BaseQueryEngine:
+        """A query engine as ``BaseIndex.as_query_engine`` makes one.
+
+        With ``llm``: ``RetrieverQueryEngine.from_args(self.as_retriever(...), llm=llm, response_mode=...)``, an
+        answer synthesised over the evidence nodes. Without: the agent's evidence text as the response
+        (:class:`~kb_retrieval.query_engine.KnowledgeQueryEngine`). ``kwargs`` are the retriever's
+        (``similarity_top_k``, ``filters``, settings) or ``RetrieverQueryEngine.from_args``'s; anything else raises.
+        """
+        from kb_retrieval.query_engine import split_engine_kwargs
+
+        retriever_kwargs, synth_kwargs = split_engine_kwargs(kwargs)
+        retriever = self.as_retriever(**retriever_kwargs)
+        if llm is None:
+            if response_mode is not None or synth_kwargs:
+                given = ", ".join(sorted([*synth_kwargs, *(["response_mode"] if response_mode is not None else [])]))
+                raise ValueError(
+                    f"{given}: answer synthesis needs llm=...; without an LLM the response is the evidence"
+                )
+            return KnowledgeQueryEngine(lookup=retriever.lookup, filters=retriever.filters)
+        from llama_index.core.query_engine import RetrieverQueryEngine
+
+        if response_mode is not None:
+            synth_kwargs["response_mode"] = response_mode
+        return RetrieverQueryEngine.from_args(retriever, llm=llm, **synth_kwargs)
 
     def as_tool(self) -> FunctionTool:
         """The ``lookup_knowledge`` FunctionTool over this pipeline."""

@@ -7,7 +7,7 @@ beside them, never mixed into the evidence.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from llama_index.core.schema import NodeWithScore, TextNode
 
@@ -35,7 +35,7 @@ UNAVAILABLE_MESSAGE = (
     "empty answer. Retry later; do not conclude that the knowledge base has no runbook for it."
 )
 #: Metadata of an evidence node that is for code and traces, not for the LLM or an embedding.
-DEBUG_METADATA = ("retrieval_layer", "hit_reasons", "score", "similarity", "category")
+DEBUG_METADATA = ("retrieval_layer", "hit_reasons", "score", "similarity", "category", "sidecar")
 
 
 class SupportsLookup(Protocol):
@@ -168,8 +168,23 @@ def agent_text(result: LookupResult) -> str:
     return head + result.context_pack.text
 
 
-def evidence_nodes(result: LookupResult) -> list[NodeWithScore]:
-    """The evidence as LlamaIndex nodes, one per document: node id = source id (what golden sets name)."""
+def sidecar_comparison(result: LookupResult, entry: dict[str, Any]) -> dict[str, Any]:
+    """The sidecar's run beside a lookup (its trace entry) with how it compares: which evidence sources it also
+    ranked, and whether both put the same document first."""
+    sidecar_sources = [c["source"] for c in entry.get("top_candidates", [])]
+    main_sources = [b.source for b in result.evidence_blocks]
+    return {
+        **entry,
+        "evidence_also_in_sidecar": [s for s in main_sources if s in sidecar_sources],
+        "same_top_document": bool(main_sources and sidecar_sources and main_sources[0] == sidecar_sources[0]),
+    }
+
+
+def evidence_nodes(result: LookupResult, sidecar: dict[str, Any] | None = None) -> list[NodeWithScore]:
+    """The evidence as LlamaIndex nodes, one per document: node id = source id (what golden sets name).
+
+    ``sidecar``: the comparison run beside the lookup (:func:`sidecar_comparison`), carried in every node's metadata
+    (hidden from the LLM and the embedding, like the other debug keys)."""
     nodes = []
     for block in result.evidence_blocks:
         node = TextNode(
@@ -184,6 +199,7 @@ def evidence_nodes(result: LookupResult) -> list[NodeWithScore]:
                 "hit_reasons": block.hit_reasons,
                 "score": block.score,
                 "similarity": block.similarity,
+                **({"sidecar": sidecar} if sidecar is not None else {}),
             },
             excluded_llm_metadata_keys=list(DEBUG_METADATA),
             excluded_embed_metadata_keys=list(DEBUG_METADATA),

@@ -4,11 +4,16 @@ Its nodes are the evidence: one per document, node id = the source id (so ``Retr
 with golden ``expected_docs`` as they are), score = the final rerank score, and the trace/debug metadata excluded
 from what an LLM or an embedding model sees. Every call is a full lookup, recorded in the trace store.
 
+Knobs as ``VectorIndexRetriever`` names them (``lookup.as_retriever(similarity_top_k=..., filters=...)``):
+``similarity_top_k`` is the number of evidence documents returned at most, ``filters`` a ``MetadataFilters``
+scope applied to every Milvus request of the lookup (:mod:`kb_retrieval.retrieval.scope`). With the sidecar on, each
+node's metadata carries the comparison under ``sidecar``.
+
 ``aretrieve`` never runs the pipeline on the event loop: it runs in a bounded thread pool
-(``Settings.retriever_workers``), with the caller's context (so instrumentation spans keep their parent).
+(``KBSettings.retriever_workers``), with the caller's context (so instrumentation spans keep their parent).
 
 Example:
-    >>> retriever = lookup.as_retriever()  # doctest: +SKIP
+    >>> retriever = lookup.as_retriever(similarity_top_k=2)  # doctest: +SKIP
     >>> engine = RetrieverQueryEngine.from_args(retriever, llm=llm)  # doctest: +SKIP
     >>> nodes = await retriever.aretrieve("etcd has no leader")  # doctest: +SKIP
 """
@@ -20,12 +25,31 @@ import contextvars
 import functools
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from kb_retrieval.result import SupportsLookup, evidence_nodes
+from kb_retrieval.result import evidence_nodes, sidecar_comparison
+from kb_retrieval.retrieval.events import inside_retriever
+
+if TYPE_CHECKING:
+    from llama_index.core.vector_stores.types import MetadataFilters
+
+    from kb_retrieval.config import KBSettings
+
+
+class SupportsDetailedLookup(Protocol):
+    """What the retriever needs of the pipeline (``KnowledgeLookup`` is one)."""
+
+    settings: KBSettings
+
+    def lookup_detailed(self, query: str, *, filters: MetadataFilters | None = None) -> Any:
+        """A result with ``.result`` (the ``LookupResult``) and ``.beside`` (the comparison run, or None)."""
+        ...
+
+    def scope_expr(self, filters: MetadataFilters | None) -> str | None: ...
+
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()
@@ -49,12 +73,20 @@ async def run_in_pool(workers: int, fn: Any, *args: Any) -> Any:
 class KnowledgeRetriever(BaseRetriever):
     """``lookup_knowledge`` as a retriever (see the module docstring)."""
 
-    def __init__(self, lookup: SupportsLookup, **kwargs: Any) -> None:
+    def __init__(
+        self, lookup: SupportsDetailedLookup, *, filters: MetadataFilters | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.lookup = lookup
+        self.filters = filters
+        if filters is not None:
+            lookup.scope_expr(filters)  # an unknown key or operator is refused here, not at the first query
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return evidence_nodes(self.lookup.lookup(query_bundle.query_str))
+        with inside_retriever():  # BaseRetriever.retrieve sends the retrieval events: the lookup sends none
+            details = self.lookup.lookup_detailed(query_bundle.query_str, filters=self.filters)
+        beside = details.beside.trace_entry() if details.beside is not None else None
+        return evidence_nodes(details.result, sidecar_comparison(details.result, beside) if beside else None)
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         nodes: list[NodeWithScore] = await run_in_pool(

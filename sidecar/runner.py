@@ -25,6 +25,7 @@ created; a failed creation is retried by the next job.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import time
@@ -141,7 +142,9 @@ class SidecarRunner:
             job.settle(job.outcome("unavailable", reason))
             return job
         try:
-            threading.Thread(target=self._work, args=(job,), name="kb-sidecar", daemon=True).start()
+            # The caller's context: the sidecar's spans (its retrieve, its query embedding) sit under the lookup's.
+            context = contextvars.copy_context()
+            threading.Thread(target=context.run, args=(self._work, job), name="kb-sidecar", daemon=True).start()
         except Exception as exc:  # e.g. no thread can be started: the lookup goes on without its sidecar
             with self._count_lock:
                 self._in_flight -= 1

@@ -74,7 +74,7 @@ def runbooks_lookup(tmp_path_factory: pytest.TempPathFactory, embed_model) -> It
         pytest.fail(f"the shared runbooks corpus is missing at {corpus} (../shared beside the repository)")
     settings = Settings(state_dir=tmp_path_factory.mktemp("runbooks-state"), vector_store_mode="sdk")
     ingest([corpus], settings, embed_model=embed_model)
-    lookup = KnowledgeLookup(settings, embed_model=embed_model)
+    lookup = KnowledgeLookup(settings)  # queries through the ONNX export, as the CLI's
     yield lookup
     lookup.close()
 
@@ -83,6 +83,7 @@ def runbooks_lookup(tmp_path_factory: pytest.TempPathFactory, embed_model) -> It
 def sample_lookup(sample_settings, embed_model) -> Iterator[object]:
     from kb_retrieval.engine import KnowledgeLookup
 
-    lookup = KnowledgeLookup(sample_settings, embed_model=embed_model)
+    # No model given: queries go through the ONNX export, as the CLI's do (the committed fixtures' encoder).
+    lookup = KnowledgeLookup(sample_settings)
     yield lookup
     lookup.close()

@@ -44,7 +44,9 @@ def test_a_collection_written_by_stock_milvus_vector_store_answers(tmp_path: Pat
         assert result.found, mode
         assert result.evidence_blocks[0].source == "redis/memory-usage-high.md", mode
         # No BM25 function in a stock collection either: BM25 runs in process, and the lookup says so.
-        assert set(lookup.features_off) == {"category_filter", "metadata", "milvus_bm25"}
+        # embedding_check: a stock collection has no ingest record, so the query model's id is not checked (noted).
+        assert set(lookup.features_off) == {"category_filter", "metadata", "milvus_bm25", "embedding_check"}
+        assert "no recorded model" in lookup.features_off["embedding_check"]
         assert lookup.lexical_mode == "in_process_bm25"
         notes = result.query_transform.notes
         assert any(n.startswith("L0 off:") for n in notes) and any(n.startswith("category_filter off") for n in notes)

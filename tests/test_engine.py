@@ -367,8 +367,10 @@ def test_weak_candidates_everywhere_mean_no_evidence(sample_settings, embed_mode
 def test_queries_go_through_the_onnx_export_by_default(sample_settings, embed_model):
     from kb_retrieval.indexing.onnx_query import OnnxQueryEmbedding
 
-    onnx = _lookup(sample_settings, embed_model)
+    # No model given: the ONNX export by default; a model given is used as given (issue 24).
+    onnx = KnowledgeLookup(sample_settings)
     model = _lookup(sample_settings, embed_model, query_encoder="model")
+    assert _lookup(sample_settings, embed_model).query_embed_model is embed_model
     try:
         assert isinstance(onnx.query_embed_model, OnnxQueryEmbedding) and "int8" in onnx.query_embed_model.model_name
         assert model.query_embed_model is embed_model

@@ -142,7 +142,7 @@ def run_setting(
     settings = Settings(state_dir=state_root / setting.name, collection="kb_chunks")
     summary = ingest(roots, settings, embed_model=embed_model)
     log(f"[{setting.name}] lookup_knowledge index: {summary.documents} documents, embedded {summary.chunks_embedded}")
-    lookup = KnowledgeLookup(settings, embed_model=embed_model)
+    lookup = KnowledgeLookup(settings)  # queries embedded as a user's are (ONNX)
     stock = build_stock(roots, settings.resolved_milvus_uri(), "stock_chunks", embed_model)
     log(f"[{setting.name}] stock index: {stock.chunk_count} chunks")
 

@@ -39,7 +39,7 @@ def warm_latency(
     from kb_retrieval.engine import KnowledgeLookup
     from kb_retrieval.retrieval.l1.vectorstore import make_vector_store
 
-    lookup = KnowledgeLookup(settings, embed_model=embed_model)
+    lookup = KnowledgeLookup(settings)  # queries embedded as a user's are (ONNX)
     stock = VectorStoreIndex.from_vector_store(make_vector_store(settings), embed_model=embed_model).as_retriever(
         similarity_top_k=settings.top_k
     )
@@ -134,7 +134,7 @@ def start_up(settings: Settings, embed_model: Any, query: str, *, runs: int = 3)
     builds = []
     for _ in range(runs):
         t0 = time.perf_counter()
-        lookup = KnowledgeLookup(settings, embed_model=embed_model)
+        lookup = KnowledgeLookup(settings)  # queries embedded as a user's are (ONNX)
         builds.append(time.perf_counter() - t0)
         lookup.close()
     script = Path(sys.executable).parent / "kb-retrieval"
@@ -317,7 +317,7 @@ def _grow_and_measure(
         flush_seconds += time.perf_counter() - t0
         index_seconds = 0.0 if lite else _wait_until_indexed(client, settings)
         t0 = time.perf_counter()
-        lookup = KnowledgeLookup(settings, embed_model=embed_model, client=client)
+        lookup = KnowledgeLookup(settings, client=client)  # queries embedded as a user's are (ONNX)
         build_s = time.perf_counter() - t0
         for query in queries:  # warm-up: caches, connections, the query encoder's first calls
             lookup.lookup(query)

@@ -29,16 +29,16 @@ def bundled_model_path() -> str:
 @lru_cache(maxsize=4)
 def load_embed_model(name: str = BUNDLED_MODEL, batch_size: int = 32) -> BaseEmbedding:
     """Load a sentence-transformers model from local files only (never downloads). Cached per process."""
-    # Offline: a model that is not on disk is an error, not a download.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding
 
     path = bundled_model_path() if name == BUNDLED_MODEL else name
     if not os.path.isdir(path):
         raise FileNotFoundError(f"embedding model folder not found: {path} (KB_EMBED_MODEL)")
-    return HuggingFaceEmbedding(model_name=path, normalize=True, embed_batch_size=batch_size, device="cpu")
+    # Offline by argument, not by the process environment (the host's HF_* variables are its own): a model that is
+    # not on disk is an error, never a download.
+    return HuggingFaceEmbedding(
+        model_name=path, normalize=True, embed_batch_size=batch_size, device="cpu", local_files_only=True
+    )
 
 
 def normalise(vectors: Sequence[Sequence[float]] | np.ndarray) -> np.ndarray:

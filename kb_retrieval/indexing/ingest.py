@@ -32,6 +32,7 @@ from kb_retrieval.config import Settings
 from kb_retrieval.indexing.doc_vectors import ensure_doc_vectors_collection, write_doc_vectors
 from kb_retrieval.indexing.embeddings import embed_texts, load_embed_model
 from kb_retrieval.indexing.index_version import ensure_meta_collection, publish_version
+from kb_retrieval.indexing.ingest_record import read_ingest_record, record_ingest
 from kb_retrieval.indexing.l0_index import L0Index, ensure_l0_collection, l0_content_hash, write_l0
 from kb_retrieval.indexing.milvus import (
     VARCHAR_LIMITS,
@@ -41,6 +42,7 @@ from kb_retrieval.indexing.milvus import (
     is_lite_engine,
     iter_rows,
 )
+from kb_retrieval.indexing.model_check import model_id
 from kb_retrieval.knowledge.chunker import Chunk, chunk_document
 from kb_retrieval.knowledge.loader import (
     KbDocument,
@@ -84,6 +86,20 @@ class IngestSummary(BaseModel):
     empty_kb_dirs: list[str] = Field(default_factory=list)
     seconds: float = 0.0
     embed_seconds: float = 0.0
+
+
+#: The keys ingest writes into every chunk's JSON metadata beside the frontmatter's (see ``_row``).
+INTERNAL_METADATA_KEYS = (
+    "title",
+    "breadcrumb",
+    "keywords",
+    "entities",
+    "kb",
+    "doc_hash",
+    "position",
+    "chunk_count",
+    "ingested_at",
+)
 
 
 @dataclass
@@ -167,6 +183,7 @@ def ingest(
         lambda: load_embed_model(settings.embed_model, settings.embed_batch_size),
     )
     wrote = doc_rows > 0 or wrote
+    _record(client, settings, kbs, model, embedded=bool(writer.embedded or doc_rows))
     publish_version(client, settings, content=l0_content_hash(client, settings), wrote=wrote)
     L0Index.load_from_milvus(client, settings).save(settings.l0_index_path())
 
@@ -181,6 +198,18 @@ def ingest(
     summary.embed_seconds = round(writer.embed_seconds + doc_seconds, 3)
     summary.seconds = round(time.perf_counter() - started, 3)
     return summary
+
+
+def _record(
+    client: Any, settings: Settings, kbs: list[LoadedKnowledgeBase], model: BaseEmbedding | None, *, embedded: bool
+) -> None:
+    """The ingest record (:mod:`~kb_retrieval.indexing.ingest_record`): the roots and metadata keys, and the model
+    id when this run embedded anything or none is recorded yet (a run that embedded nothing cannot vouch for it)."""
+    model_name = model_id(model) if model is not None else ""
+    if model_name and not embedded and read_ingest_record(client, settings).embed_model:
+        model_name = ""
+    keys = {*INTERNAL_METADATA_KEYS, *(key for kb in kbs for doc in kb.documents for key in doc.metadata)}
+    record_ingest(client, settings, embed_model=model_name, roots=[kb.kb_id for kb in kbs], metadata_keys=keys)
 
 
 def _refuse_duplicate_sources(kbs: list[LoadedKnowledgeBase]) -> None:

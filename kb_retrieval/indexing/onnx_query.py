@@ -132,8 +132,6 @@ def _quiet_quantizer() -> Iterator[None]:
 
 def _export_fp32(model_dir: Path, out_path: Path) -> np.ndarray:
     """Write the fp32 graph and return the torch model's embeddings of the probe texts (the reference)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import torch
     import transformers
 
@@ -259,7 +257,6 @@ def _max_seq_length(model_dir: Path) -> int:
 
 def _tokenizer(model_dir: Path) -> Any:
     """The model's fast tokenizer, truncating like sentence-transformers and padding a batch to its longest text."""
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
@@ -357,14 +354,15 @@ class OnnxQueryEmbedding(BaseEmbedding):
 
 
 def query_encoder(settings: Settings, embed_model: BaseEmbedding | None = None) -> BaseEmbedding:
-    """What a lookup embeds queries with: the ONNX export when configured and the model is the bundled one.
+    """What a lookup embeds queries with: a model given is used as it is (a user's ``HuggingFaceEmbedding`` of the
+    bundled folder included); without one, the ONNX export of the bundled model when configured, else the model.
 
-    A user's own model is never swapped. If the ONNX encoder cannot be built, a warning says why and the
-    embedding model is used, so the lookup still works (only slower).
+    If the ONNX encoder cannot be built, a warning says why and the embedding model is used, so the lookup still
+    works (only slower).
     """
-    if isinstance(embed_model, OnnxQueryEmbedding):
+    if embed_model is not None:
         return embed_model
-    if settings.query_encoder != "model" and settings.embed_model == BUNDLED_MODEL and _is_bundled(embed_model):
+    if settings.query_encoder != "model" and settings.embed_model == BUNDLED_MODEL:
         try:
             return _shared_encoder(
                 str(settings.resolved_model_cache_dir().absolute()),
@@ -373,7 +371,7 @@ def query_encoder(settings: Settings, embed_model: BaseEmbedding | None = None) 
             )
         except Exception as exc:
             logger.warning("ONNX query encoder unavailable, embedding queries with the model itself: %s", exc)
-    return embed_model if embed_model is not None else load_embed_model(settings.embed_model, settings.embed_batch_size)
+    return load_embed_model(settings.embed_model, settings.embed_batch_size)
 
 
 @lru_cache(maxsize=8)
@@ -382,10 +380,6 @@ def _shared_encoder(cache_dir: str, quantized: bool, threads: int) -> OnnxQueryE
     model_dir = Path(bundled_model_path())
     path, session = _open_model(Path(cache_dir), model_dir, quantized, threads)
     return OnnxQueryEmbedding(path, model_dir=model_dir, threads=threads, session=session)
-
-
-def _is_bundled(embed_model: BaseEmbedding | None) -> bool:
-    return embed_model is None or _same_dir(getattr(embed_model, "model_name", ""), bundled_model_path())
 
 
 def _same_dir(a: str | Path, b: str | Path) -> bool:

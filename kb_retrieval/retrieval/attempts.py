@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llama_index.core.instrumentation import get_dispatcher
-from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent, RetrievalStartEvent
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore
 
 from kb_retrieval.config import Settings
 from kb_retrieval.models import EvidenceBlock, FallbackReason, RetrievalAttempt
 from kb_retrieval.retrieval.deadline import Deadline
+from kb_retrieval.retrieval.events import lookup_retrieval
 from kb_retrieval.retrieval.evidence import build_evidence_blocks
 from kb_retrieval.retrieval.hybrid import HybridRetriever, LookupQuery
 from kb_retrieval.retrieval.stage import deferred_stage_writes, publish_stage
@@ -70,13 +70,20 @@ class AttemptRunner:
     def run(self, query: LookupQuery, embedding: list[float], deadline: Deadline, clock: StageClock) -> L1Outcome:
         category = query.category_filter
         outcome = L1Outcome()
-        first = self._clocked(clock, 1, query, embedding, category, deadline)
-        outcome.attempts.append(first)
-        if category and first.trace.outcome != "ok":
-            outcome.fallback_reason = (
-                "filtered_vector_low_quality" if first.trace.outcome == "low_quality" else "filtered_vector_no_evidence"
-            )
-            outcome.attempts.append(self._clocked(clock, 2, query, embedding, None, deadline))
+        # One RetrievalStart/End pair for the lookup's retrieval, whatever the attempts (none inside a retriever,
+        # whose BaseRetriever.retrieve sends its own).
+        with lookup_retrieval(query) as retrieved:
+            first = self._clocked(clock, 1, query, embedding, category, deadline)
+            outcome.attempts.append(first)
+            if category and first.trace.outcome != "ok":
+                outcome.fallback_reason = (
+                    "filtered_vector_low_quality"
+                    if first.trace.outcome == "low_quality"
+                    else "filtered_vector_no_evidence"
+                )
+                outcome.attempts.append(self._clocked(clock, 2, query, embedding, None, deadline))
+            settled = outcome.selected or outcome.attempts[-1]
+            retrieved(settled.nodes)
         return outcome
 
     def _clocked(
@@ -107,7 +114,7 @@ class AttemptRunner:
             attempt=number,
             filtered=category is not None,
             category_filter=category,
-            filter_expr=self.hybrid.dense.filter_expr(category),
+            filter_expr=self.hybrid.dense.filter_expr(category, scope=query.scope),
             query=query.query_str,
             outcome="no_candidates",
         )
@@ -122,10 +129,12 @@ class AttemptRunner:
             transform=query.transform,
             category_filter=category,
             deadline=deadline,
+            scope=query.scope,
         )
-        dispatcher.event(RetrievalStartEvent(str_or_query_bundle=bundle))
         try:
-            search = self.hybrid.search(embedding, query.query_str, category, deadline, clock.stage_ms)
+            search = self.hybrid.search(
+                embedding, query.query_str, category, deadline, clock.stage_ms, scope=query.scope
+            )
         except Exception as exc:  # a failed path is a failed attempt, never an exception to the agent
             log.warning("L1 attempt %d failed: %s", number, exc)
             trace.outcome = "error"
@@ -146,7 +155,6 @@ class AttemptRunner:
         with deferred_stage_writes():
             with clock("candidates"):
                 nodes = search.nodes()
-            dispatcher.event(RetrievalEndEvent(str_or_query_bundle=bundle, nodes=nodes))
             with clock("rerank"):
                 for postprocessor in self.postprocessors:
                     nodes = postprocessor.postprocess_nodes(nodes, query_bundle=bundle)

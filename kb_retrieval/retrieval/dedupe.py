@@ -10,6 +10,8 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any
+
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 from pydantic import Field
@@ -28,6 +30,18 @@ class SourceDeduplicator(BaseNodePostprocessor):
     focus_weight: float = Field(default=0.0, ge=0, le=1, description="Weight of the document-focus boost.")
     focus_saturation: float = Field(default=0.5, gt=0, le=1, description="Focus at which the boost is full.")
     focus_padding: int = Field(default=2, ge=0, description="Added to a document's chunk count.")
+
+    @classmethod
+    def from_lookup(cls, lookup: Any, config: dict[str, Any] | None = None) -> SourceDeduplicator:
+        """A deduplicator with ``lookup``'s configuration (or ``config``, a ``to_dict()``); it has no runtime state."""
+        if config is not None:
+            return cls.from_dict(config)
+        s = lookup.settings
+        return cls(
+            focus_weight=s.doc_focus_weight,
+            focus_saturation=s.scoring.focus_saturation,
+            focus_padding=s.scoring.focus_padding,
+        )
 
     @classmethod
     def class_name(cls) -> str:

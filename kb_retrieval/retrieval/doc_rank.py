@@ -29,25 +29,36 @@ evidence score); once it does, the documents ranked above the first one at the t
 
 A node whose document has no vectors (a collection from before, or a folder not ingested since) keeps the rule
 reranker's order: when any candidate lacks them, the ranker leaves the whole list as it is, rather than mix scores
-of two scales, and says so in the log.
+of two scales, and says so (once in the log, and in each such node's stage notes). Without the query's embedding in
+the bundle (a stock ``aquery`` leaves it off) the ranker embeds the query itself with the lookup's query model; a
+stock node's absolute ``file_path`` (``SimpleDirectoryReader``) is mapped to the source id relative to the
+knowledge-base root recorded at ingest.
+
+Its state (vectors, query model, roots) is private: ``to_dict`` is its configuration (the weights), and
+:meth:`DocumentRanker.from_lookup` builds one with a lookup's configuration and state.
 
 Example:
-    >>> ranker = DocumentRanker(vectors=DocumentVectors.load_from_milvus(client, settings))  # doctest: +SKIP
-    >>> bundle = QueryBundle("...", embedding=query_vector)  # doctest: +SKIP
-    >>> ranked = ranker.postprocess_nodes(deduped, query_bundle=bundle)  # doctest: +SKIP
+    >>> ranker = DocumentRanker.from_lookup(lookup)  # doctest: +SKIP
+    >>> ranked = ranker.postprocess_nodes(deduped, query_str="etcd has no leader")  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
+from typing import Any
 
+from llama_index.core.callbacks import EventPayload
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from kb_retrieval.config import ScoringSettings
 from kb_retrieval.indexing.doc_vectors import DocumentVectors
-from kb_retrieval.retrieval.stage import Boost, HitKind, HitReason, RerankRecord, stage_of, write_stage
+from kb_retrieval.indexing.embeddings import embed_query
+from kb_retrieval.retrieval.events import reranking
+from kb_retrieval.retrieval.runtime import cannot, known_source
+from kb_retrieval.retrieval.stage import Boost, HitKind, HitReason, RerankRecord, StageData, stage_of, write_stage
 
 log = logging.getLogger(__name__)
 
@@ -64,29 +75,104 @@ class DocumentRanker(BaseNodePostprocessor):
     weights: dict[str, float] = Field(
         default_factory=lambda: ScoringSettings().ranking_weights(), description="Signal -> weight."
     )
-    vectors: DocumentVectors | None = Field(default=None, exclude=True, description="The documents' vectors.")
+    _vectors: DocumentVectors | None = PrivateAttr(default=None)
+    _embed_model: Any = PrivateAttr(default=None)
+    _roots: tuple[str, ...] = PrivateAttr(default=())
+
+    def __init__(
+        self,
+        *,
+        vectors: DocumentVectors | None = None,
+        embed_model: Any = None,
+        roots: tuple[str, ...] = (),
+        **data: Any,
+    ) -> None:
+        super().__init__(**data)
+        self.attach(vectors=vectors, embed_model=embed_model, roots=roots)
 
     @classmethod
     def class_name(cls) -> str:
         return "DocumentRanker"
 
+    @classmethod
+    def from_lookup(cls, lookup: Any, config: dict[str, Any] | None = None) -> DocumentRanker:
+        """A ranker with ``lookup``'s weights (or ``config``, a ``to_dict()``) and its state: the document vectors,
+        the query model (for bundles without an embedding) and the knowledge-base roots recorded at ingest."""
+        ranker = cls.from_dict(config) if config is not None else cls(weights=lookup.settings.scoring.ranking_weights())
+        return ranker.attach(
+            vectors=lookup.doc_vectors, embed_model=lookup.query_embed_model, roots=lookup.ingest_record.roots
+        )
+
+    def attach(
+        self, *, vectors: DocumentVectors | None = None, embed_model: Any = None, roots: Iterable[str] = ()
+    ) -> DocumentRanker:
+        """Set the runtime state given (``None`` / empty leaves a part as it is); returns the ranker."""
+        if vectors is not None:
+            self._vectors = vectors
+        if embed_model is not None:
+            self._embed_model = embed_model
+        if roots:
+            self._roots = tuple(roots)
+        return self
+
+    @property
+    def vectors(self) -> DocumentVectors | None:
+        """The documents' vectors (runtime state, not configuration)."""
+        return self._vectors
+
+    @vectors.setter
+    def vectors(self, value: DocumentVectors | None) -> None:
+        self._vectors = value
+
     def _postprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
-        vectors = self.vectors
-        embedding = query_bundle.embedding if query_bundle is not None else None
-        if not nodes or vectors is None or not vectors.enabled or not embedding:
+        if not nodes:
             return nodes
-        stages = [stage_of(n) for n in nodes]
+        with reranking(self.callback_manager, self.class_name(), nodes, query_bundle) as event:
+            ranked = self._rank(nodes, query_bundle)
+            event.on_end(payload={EventPayload.NODES: ranked})
+        return ranked
+
+    def _rank(self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None) -> list[NodeWithScore]:
+        vectors = self.vectors
+        who = self.class_name()
+        if vectors is None or not vectors.enabled:
+            reason = (
+                "no document vectors attached" if vectors is None else f"document vectors off: {vectors.off_reason}"
+            )
+            cannot(log, who, "no_vectors", f"{reason}; the order is left as it is", self._staged(nodes))
+            return nodes
+        embedding = query_bundle.embedding if query_bundle is not None else None
+        if not embedding and query_bundle is not None and query_bundle.query_str.strip() and self._embed_model:
+            embedding = embed_query(self._embed_model, query_bundle.query_str)
+        if not embedding:
+            cannot(
+                log,
+                who,
+                "no_embedding",
+                "no query embedding in the bundle and no query model attached (see from_lookup): the order is left "
+                "as it is",
+                self._staged(nodes),
+            )
+            return nodes
+        staged = self._staged(nodes)
+        for _, stage in staged:
+            stage.candidate = known_source(stage.candidate, self._roots)
         query_text = query_bundle.query_str if query_bundle is not None else None
-        sims = vectors.similarities(embedding, [s.candidate.source for s in stages], query_text)
-        if missing := [s.candidate.source for s in stages if s.candidate.source not in sims]:
-            log.info(
-                "document ranking skipped: %d candidate(s) without document vectors (%s)", len(missing), missing[0]
+        sims = vectors.similarities(embedding, [s.candidate.source for _, s in staged], query_text)
+        if missing := [(n, s) for n, s in staged if s.candidate.source not in sims]:
+            cannot(
+                log,
+                who,
+                "missing_vectors",
+                f"no document vectors for {missing[0][1].candidate.source!r} (and {len(missing) - 1} more); "
+                "the order is left as it is",
+                missing,
             )
             return nodes
         w = self.weights
-        for node, stage in zip(nodes, stages, strict=True):
+        for node, stage in staged:
             title, summary, text, static, static_title = sims[stage.candidate.source]
             record = stage.rerank
             if record is None:
@@ -116,3 +202,7 @@ class DocumentRanker(BaseNodePostprocessor):
             node.score = round(sum(record.ranking.values()), 6)
             write_stage(node, stage)
         return sorted(nodes, key=lambda n: (-(n.score or 0.0), n.node.node_id))
+
+    @staticmethod
+    def _staged(nodes: list[NodeWithScore]) -> list[tuple[NodeWithScore, StageData]]:
+        return [(n, stage_of(n)) for n in nodes]

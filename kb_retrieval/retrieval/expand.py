@@ -22,13 +22,14 @@ from typing import Any
 
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 from pymilvus import MilvusClient
 
 from kb_retrieval.config import Settings
 from kb_retrieval.models import DocumentSection
 from kb_retrieval.retrieval.filters import in_expr
 from kb_retrieval.retrieval.hybrid import LookupQuery
+from kb_retrieval.retrieval.runtime import cannot
 from kb_retrieval.retrieval.stage import HitKind, HitReason, StageData, stage_of, write_stage
 
 log = logging.getLogger(__name__)
@@ -95,17 +96,51 @@ class SectionStore:
 class DocumentExpander(BaseNodePostprocessor):
     """Attach each document node's sections in order, matched ones marked; other nodes pass through unchanged."""
 
-    sections: SectionStore | None = Field(default=None, exclude=True, description="Where sections come from.")
     max_documents: int = Field(default=5, ge=0, description="Expand at most this many nodes, best first.")
+    _sections: SectionStore | None = PrivateAttr(default=None)
+
+    def __init__(self, *, sections: SectionStore | None = None, **data: Any) -> None:
+        super().__init__(**data)
+        self.attach(sections=sections)
 
     @classmethod
     def class_name(cls) -> str:
         return "DocumentExpander"
 
+    @classmethod
+    def from_lookup(cls, lookup: Any, config: dict[str, Any] | None = None) -> DocumentExpander:
+        """An expander with ``lookup``'s configuration (or ``config``, a ``to_dict()``) reading its section store."""
+        s = lookup.settings
+        expander = (
+            cls.from_dict(config)
+            if config is not None
+            else cls(max_documents=s.max_evidence_blocks if s.expand_documents else 0)
+        )
+        return expander.attach(sections=lookup.sections)
+
+    def attach(self, *, sections: SectionStore | None = None) -> DocumentExpander:
+        """Set the section store (``None`` leaves it as it is); returns the expander."""
+        if sections is not None:
+            self._sections = sections
+        return self
+
+    @property
+    def sections(self) -> SectionStore | None:
+        """Where sections come from (runtime state, not configuration)."""
+        return self._sections
+
+    @sections.setter
+    def sections(self, value: SectionStore | None) -> None:
+        self._sections = value
+
     def _postprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
-        if self.sections is None or self.max_documents == 0:
+        if self.max_documents == 0 or not nodes:
+            return nodes
+        if self.sections is None:
+            message = "no section store attached (see from_lookup): the chunks stand as evidence"
+            cannot(log, self.class_name(), "no_sections", message, [(n, stage_of(n)) for n in nodes])
             return nodes
         staged = [(node, stage_of(node)) for node in nodes[: self.max_documents]]
         keys = [_key(stage) for _, stage in staged]
@@ -120,6 +155,9 @@ class DocumentExpander(BaseNodePostprocessor):
             documents = self.sections.sections(wanted, timeout)
         except Exception as exc:  # the chunks still stand as evidence
             log.warning("fetching document sections failed: %s", exc)
+            for node, stage in staged:
+                stage.notes.append(f"{self.class_name()}: fetching the document's sections failed: {exc}"[:300])
+                write_stage(node, stage)
             return nodes
         for (node, stage), key in zip(staged, keys, strict=True):
             sections = documents.get(key) if key is not None else None

@@ -25,15 +25,18 @@ def string_literal(value: str) -> str:
     return f'"{escaped}"'
 
 
-def equals_expr(field: str, value: str) -> str:
-    """``field == "value"``; the field name must be a plain identifier."""
+def field_name(field: str) -> str:
+    """``field`` when it is a plain identifier (what an expression may name), else a ``ValueError``."""
     if not _FIELD.match(field):
         raise ValueError(f"not a valid Milvus field name: {field!r}")
-    return f"{field} == {string_literal(value)}"
+    return field
+
+
+def equals_expr(field: str, value: str) -> str:
+    """``field == "value"``; the field name must be a plain identifier."""
+    return f"{field_name(field)} == {string_literal(value)}"
 
 
 def in_expr(field: str, values: list[str]) -> str:
     """``field in ["a", "b"]``; every value escaped like :func:`equals_expr`."""
-    if not _FIELD.match(field):
-        raise ValueError(f"not a valid Milvus field name: {field!r}")
-    return f"{field} in [{', '.join(string_literal(v) for v in values)}]"
+    return f"{field_name(field)} in [{', '.join(string_literal(v) for v in values)}]"

@@ -83,6 +83,8 @@ class LookupQuery(QueryBundle):
     transform: QueryTransform | None = None
     category_filter: str | None = None
     deadline: Deadline | None = None
+    #: The caller's scope as a Milvus expression (:mod:`kb_retrieval.retrieval.scope`): on every request.
+    scope: str | None = None
 
 
 @dataclass
@@ -146,8 +148,12 @@ class HybridRetriever(BaseRetriever):
         category: str | None = None,
         deadline: Deadline | None = None,
         stage_ms: dict[str, float] | None = None,
+        scope: str | None = None,
     ) -> HybridSearch:
-        """Raises when the dense search fails (the attempt fails); a failed lexical scoring only loses those."""
+        """Raises when the dense search fails (the attempt fails); a failed lexical scoring only loses those.
+
+        ``scope`` (a Milvus expression, :mod:`kb_retrieval.retrieval.scope`) is on every Milvus request; the
+        exact-identifier and in-process BM25 hits join only through a request under it."""
         settings = self.settings
         deadline = deadline or Deadline.after(settings.lookup_timeout_s)
         clock = StageClock(stage_ms)
@@ -156,11 +162,13 @@ class HybridRetriever(BaseRetriever):
             milvus_bm25 = self.lexical_mode == "milvus_bm25"
             terms = analysed_text(query_text) if milvus_bm25 and settings.lexical_top_k > 0 else ""
         if milvus_bm25 and (terms or exact_terms):  # else (stopwords only, no identifier) the dense search alone
-            result = self._search_in_milvus(embedding, terms, category, deadline, clock, list(exact_terms))
+            result = self._search_in_milvus(embedding, terms, category, deadline, clock, list(exact_terms), scope)
             result.exact_terms, result.exact_df = exact_terms, exact_df
             return result
         with clock("search"):
-            dense = self.dense.search(embedding, category, timeout=deadline.timeout(settings.milvus_search_timeout_s))
+            dense = self.dense.search(
+                embedding, category, timeout=deadline.timeout(settings.milvus_search_timeout_s), scope=scope
+            )
         result = HybridSearch(
             candidates=dense.candidates,
             path=dense.path,
@@ -192,10 +200,14 @@ class HybridRetriever(BaseRetriever):
                         category,
                         ids=missing,
                         timeout=deadline.timeout(settings.milvus_search_timeout_s),
+                        scope=scope,
                     )
                 result.candidates = one_version_per_source(result.candidates + extra.candidates)
             except Exception as exc:  # the dense candidates still stand
                 log.warning("scoring lexical candidates failed: %s", exc)
+        if scope and result.lexical_scores:
+            result.lexical_scores = _within(result.lexical_scores, {c.chunk_id for c in result.candidates})
+            result.lexical_count = len(result.lexical_scores)
         return result
 
     def _exact(self, query_text: str) -> tuple[dict[str, list[str]], dict[str, int]]:
@@ -218,6 +230,7 @@ class HybridRetriever(BaseRetriever):
         deadline: Deadline,
         clock: StageClock,
         exact_ids: list[str],
+        scope: str | None = None,
     ) -> HybridSearch:
         """Dense, BM25 and exact-identifier chunks in one Milvus call: the ``top_k`` chunks with the best dense
         similarity (best first), then the other exact-identifier chunks and the other BM25 hits from
@@ -230,6 +243,7 @@ class HybridRetriever(BaseRetriever):
                 category,
                 timeout=deadline.timeout(settings.milvus_search_timeout_s),
                 ids=exact_ids,
+                scope=scope,
             )
         by_similarity = sorted(found.candidates, key=lambda c: -c.similarity)  # stable: ties keep Milvus' order
         dense = by_similarity[: settings.top_k]
@@ -256,5 +270,14 @@ class HybridRetriever(BaseRetriever):
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         embedding = query_bundle.embedding or embed_query(self.dense.embed_model, query_bundle.query_str)
-        category = query_bundle.category_filter if isinstance(query_bundle, LookupQuery) else None
-        return self.search(embedding, query_bundle.query_str, category).nodes()
+        lookup = query_bundle if isinstance(query_bundle, LookupQuery) else None
+        category, scope = (lookup.category_filter, lookup.scope) if lookup else (None, None)
+        return self.search(embedding, query_bundle.query_str, category, scope=scope).nodes()
+
+
+def _within(scores: dict[str, float], kept: set[str]) -> dict[str, float]:
+    """In-process BM25 scores of the chunks a scoped search kept, relative to the best of them again (the relative
+    score is to the query's best hit under the same filter)."""
+    inside = {chunk_id: score for chunk_id, score in scores.items() if chunk_id in kept}
+    best = max(inside.values(), default=0.0)
+    return {chunk_id: round(score / best, 6) for chunk_id, score in inside.items()} if best > 0 else {}

@@ -25,26 +25,34 @@ plain ``QueryBundle`` (a stock pipeline) the hints are computed from the query s
 one is configured. Nodes of any retriever are accepted (see :func:`~kb_retrieval.retrieval.stage.stage_of`).
 
 Example:
-    >>> reranker = RuleReranker(l0=lookup.l0)  # doctest: +SKIP
+    >>> reranker = RuleReranker.from_lookup(lookup)  # doctest: +SKIP
     >>> VectorStoreIndex(nodes).as_query_engine(node_postprocessors=[reranker])  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from llama_index.core.callbacks import EventPayload
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRankStartEvent
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from kb_retrieval.config import ScoringSettings
 from kb_retrieval.knowledge.text import words
 from kb_retrieval.models import Candidate, L0Hints
+from kb_retrieval.retrieval.events import reranking
 from kb_retrieval.retrieval.hybrid import LookupQuery
 from kb_retrieval.retrieval.l0_hints import L0HintProvider
+from kb_retrieval.retrieval.runtime import cannot, known_source
 from kb_retrieval.retrieval.stage import RANKING_ONLY, Boost, HitKind, HitReason, RerankRecord, stage_of, write_stage
 
 dispatcher = get_dispatcher(__name__)
+log = logging.getLogger(__name__)
 
 
 def _phrases(items: list[str]) -> list[tuple[str, ...]]:
@@ -64,13 +72,45 @@ class RuleReranker(BaseNodePostprocessor):
         default_factory=lambda: ScoringSettings().boosts(), description="Boost name -> weight (Settings.scoring)."
     )
     lexical_weight: float = Field(default=0.2, ge=0, le=1, description="Boost of the best BM25 hit.")
-    l0: L0HintProvider | None = Field(
-        default=None, exclude=True, description="Computes hints when the query bundle carries none."
-    )
+    _l0: L0HintProvider | None = PrivateAttr(default=None)
+    _roots: tuple[str, ...] = PrivateAttr(default=())
+
+    def __init__(self, *, l0: L0HintProvider | None = None, roots: Iterable[str] = (), **data: Any) -> None:
+        super().__init__(**data)
+        self.attach(l0=l0, roots=roots)
 
     @classmethod
     def class_name(cls) -> str:
         return "RuleReranker"
+
+    @classmethod
+    def from_lookup(cls, lookup: Any, config: dict[str, Any] | None = None) -> RuleReranker:
+        """A reranker with ``lookup``'s boosts (or ``config``, a ``to_dict()``) and its state: the L0 index (hints
+        for stock bundles) and the knowledge-base roots recorded at ingest (for stock nodes' ``file_path``)."""
+        s = lookup.settings
+        reranker = (
+            cls.from_dict(config)
+            if config is not None
+            else cls(boosts=s.scoring.boosts(), lexical_weight=s.lexical_weight)
+        )
+        return reranker.attach(l0=lookup.l0, roots=lookup.ingest_record.roots)
+
+    def attach(self, *, l0: L0HintProvider | None = None, roots: Iterable[str] = ()) -> RuleReranker:
+        """Set the runtime state given (``None`` / empty leaves a part as it is); returns the reranker."""
+        if l0 is not None:
+            self._l0 = l0
+        if roots:
+            self._roots = tuple(roots)
+        return self
+
+    @property
+    def l0(self) -> L0HintProvider | None:
+        """Computes hints when the query bundle carries none (runtime state, not configuration)."""
+        return self._l0
+
+    @l0.setter
+    def l0(self, value: L0HintProvider | None) -> None:
+        self._l0 = value
 
     def hints_for(self, query_bundle: QueryBundle | None) -> L0Hints:
         """The lookup's hints when the bundle carries them; else computed by ``l0``; else none."""
@@ -86,6 +126,16 @@ class RuleReranker(BaseNodePostprocessor):
         dispatcher.event(
             ReRankStartEvent(query=query_bundle, nodes=nodes, top_n=len(nodes), model_name=self.class_name())
         )
+        with reranking(self.callback_manager, self.class_name(), nodes, query_bundle) as event:
+            ranked = self._rerank(nodes, query_bundle)
+            event.on_end(payload={EventPayload.NODES: ranked})
+        dispatcher.event(ReRankEndEvent(nodes=ranked))
+        return ranked
+
+    def _rerank(self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None) -> list[NodeWithScore]:
+        if self.l0 is None and not (isinstance(query_bundle, LookupQuery) and query_bundle.transform is not None):
+            message = "no L0 hints (no L0 index attached, see from_lookup): similarity and lexical signals only"
+            cannot(log, self.class_name(), "no_l0", message, [(n, stage_of(n)) for n in nodes])
         hints = self.hints_for(query_bundle)
         titles = {t.lower() for t in hints.matched_titles}
         keywords = {tuple(words(k)) for k in hints.matched_keywords}
@@ -113,12 +163,12 @@ class RuleReranker(BaseNodePostprocessor):
                 hit_reasons=[HitReason(kind=HitKind.L1_SEMANTIC, detail=f"{base:.3f}"), *reasons],
             )
             write_stage(node, stage)
-        ranked = sorted(nodes, key=lambda n: (-(n.score or 0.0), n.node.node_id))
-        dispatcher.event(ReRankEndEvent(nodes=ranked))
-        return ranked
+        return sorted(nodes, key=lambda n: (-(n.score or 0.0), n.node.node_id))
 
     def _known(self, c: Candidate) -> Candidate:
-        """A stock node of a document the L0 index knows gets that document's title, keywords, entities, category."""
+        """A stock node of a document the L0 index knows gets that document's title, keywords, entities, category
+        (and, under a recorded root, the document's source id)."""
+        c = known_source(c, self._roots)
         if c.path != "external" or self.l0 is None or (entry := self.l0.index.documents.get(c.source)) is None:
             return c
         return c.model_copy(

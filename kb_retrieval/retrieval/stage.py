@@ -118,6 +118,9 @@ class StageData(BaseModel):
     document: list[DocumentSection] = Field(
         default_factory=list, description="The whole document's sections in order, matched marked (expander)."
     )
+    notes: list[str] = Field(
+        default_factory=list, description="What a stage could not do for this node, and why (e.g. no vectors)."
+    )
 
 
 def candidate_node(candidate: Candidate, **stage: object) -> NodeWithScore:

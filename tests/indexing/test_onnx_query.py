@@ -215,12 +215,14 @@ def test_unwritable_cache_dir_is_named(tmp_path: Path) -> None:
 
 def test_query_encoder_uses_the_onnx_export_of_the_bundled_model(cache_dir: Path, int8_file: Path, embed_model) -> None:
     settings = Settings(model_cache_dir=cache_dir)
-    encoder = query_encoder(settings, embed_model)
+    encoder = query_encoder(settings, None)
     assert isinstance(encoder, OnnxQueryEmbedding) and Path(encoder.model_file) == int8_file
     assert "int8" in encoder.model_name and BUNDLED_MODEL in encoder.model_name
     assert query_encoder(settings, None) is encoder  # one encoder per file in the process
-    fp32 = query_encoder(Settings(model_cache_dir=cache_dir, query_encoder="onnx"), embed_model)
+    fp32 = query_encoder(Settings(model_cache_dir=cache_dir, query_encoder="onnx"), None)
     assert isinstance(fp32, OnnxQueryEmbedding) and "fp32" in fp32.model_name
+    # A model the caller gives is used as given, the bundled one's HuggingFaceEmbedding included (issue 24).
+    assert query_encoder(settings, embed_model) is embed_model
 
 
 def test_query_encoder_keeps_the_model_when_asked_or_not_bundled(cache_dir: Path, embed_model) -> None:
@@ -239,14 +241,15 @@ def test_query_encoder_falls_back_when_the_export_fails(
 
     monkeypatch.setattr(onnx_query, "export_onnx", broken_export)
     with caplog.at_level(logging.WARNING, logger=onnx_query.__name__):
-        assert query_encoder(Settings(model_cache_dir=tmp_path / "empty"), embed_model) is embed_model
+        fallback = query_encoder(Settings(model_cache_dir=tmp_path / "empty"), None)  # the bundled model itself
+    assert type(fallback).__name__ == "HuggingFaceEmbedding" and fallback.model_name == embed_model.model_name
     assert "exporter exploded" in caplog.text
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger=onnx_query.__name__):
-        assert query_encoder(Settings(model_cache_dir=blocker / "cache"), embed_model) is embed_model
-    assert str(blocker / "cache") in caplog.text
+        fallback = query_encoder(Settings(model_cache_dir=blocker / "cache"), None)
+    assert type(fallback).__name__ == "HuggingFaceEmbedding" and str(blocker / "cache") in caplog.text
 
 
 def test_model_cache_dir_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

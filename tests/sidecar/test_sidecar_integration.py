@@ -16,7 +16,8 @@ pytestmark = pytest.mark.timeout(300)
 
 def test_stock_sidecar_answers_beside_the_main_path(sample_settings, embed_model, sample_lookup):
     expected = stable(sample_lookup.lookup_ranked(ALERT)[0].to_json_dict())
-    lookup = KnowledgeLookup(sample_settings.model_copy(update={"sidecar_enabled": True}), embed_model=embed_model)
+    # No model given, as sample_lookup: queries through the same (ONNX) encoder, so the main results compare.
+    lookup = KnowledgeLookup(sample_settings.model_copy(update={"sidecar_enabled": True}))
     try:
         detail = lookup_beside(lookup, ALERT)  # the sidecar created by the core from Settings.sidecar_factory
         result, ranking, run = detail.result, detail.ranking, sidecar_run(detail.beside)

@@ -38,7 +38,8 @@ class L1Retriever(BaseRetriever):
     """Dense retrieval over Milvus through one path, with an optional category filter.
 
     ``memory`` (the memory plan, :mod:`kb_retrieval.retrieval.l1.memory`): the collection mirrored in this process
-    serves every search instead of the path; ``None``: the path searches Milvus.
+    serves every search without a caller's scope instead of the path; ``None``, or a scoped search: the path
+    searches Milvus.
     """
 
     def __init__(
@@ -58,8 +59,10 @@ class L1Retriever(BaseRetriever):
         self.embed_model = embed_model
         self.category_filter = category_filter
 
-    def filter_expr(self, category: str | None, ids: list[str] | None = None) -> str | None:
-        parts = []
+    def filter_expr(self, category: str | None, ids: list[str] | None = None, scope: str | None = None) -> str | None:
+        """The expression of one request: the caller's ``scope`` (a translated ``MetadataFilters``, always applied),
+        the category hint and an id restriction, joined by AND."""
+        parts = [f"({scope})"] if scope else []
         if category and self.settings.category_field:
             parts.append(equals_expr(self.settings.category_field, category))
         if ids:
@@ -73,13 +76,14 @@ class L1Retriever(BaseRetriever):
         top_k: int | None = None,
         ids: list[str] | None = None,
         timeout: float | None = None,
+        scope: str | None = None,
     ) -> L1Search:
         """Dense search in Milvus; ``ids`` restricts it to those chunks (scoring lexical candidates in Milvus)."""
         limit = len(ids) if ids else top_k or self.settings.top_k
         memory = self.memory
-        if memory is not None:
+        if memory is not None and scope is None:
             return memory.search(embedding, limit, category, ids)
-        return self.path.search(embedding, limit, self.filter_expr(category, ids), timeout)
+        return self.path.search(embedding, limit, self.filter_expr(category, ids, scope), timeout)
 
     def hybrid_search(
         self,
@@ -88,20 +92,21 @@ class L1Retriever(BaseRetriever):
         category: str | None = None,
         timeout: float | None = None,
         ids: list[str] | None = None,
+        scope: str | None = None,
     ) -> L1Search:
         """Dense (``top_k``) and BM25 (``lexical_top_k``) in one Milvus call, both under the category filter, and
         ``ids`` (the exact-identifier candidates) by a dense request restricted to them in the same call; the path must
         support it (:func:`~kb_retrieval.retrieval.l1.base.supports_hybrid`)."""
         memory = self.memory
-        if memory is not None:
+        if memory is not None and scope is None:  # a caller's scope is a Milvus expression: Milvus evaluates it
             return memory.hybrid_search(embedding, terms, category, ids)
         request = HybridRequest(
             embedding,
             terms,
             self.settings.top_k,
             self.settings.lexical_top_k,
-            self.filter_expr(category),
-            ids_filter=self.filter_expr(category, ids) if ids else None,
+            self.filter_expr(category, scope=scope),
+            ids_filter=self.filter_expr(category, ids, scope) if ids else None,
             ids_count=len(ids or []),
         )
         path: Any = self.path

@@ -1,0 +1,71 @@
+"""The LlamaIndex events a lookup emits, once each, as core's retrievers and rerankers emit them.
+
+- ``RetrievalStartEvent`` / ``RetrievalEndEvent`` (instrumentation): one pair per retrieve. Through
+  :class:`~kb_retrieval.retriever.KnowledgeRetriever` core's ``BaseRetriever.retrieve`` emits the pair (and the
+  legacy ``CBEventType.RETRIEVE`` event); a plain ``lookup()`` gets one pair around its L1 attempts, from
+  :func:`lookup_retrieval`, which stays quiet inside a retriever's call.
+- ``CBEventType.RERANKING`` (the legacy callback manager): one per reranker call (:func:`reranking`), with the
+  payload core's rerankers send (nodes, model name, query, top k), beside the ``ReRankStart/End`` events.
+
+Example:
+    >>> with lookup_retrieval("redis memory high") as done:  # doctest: +SKIP
+    ...     done(nodes)
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from llama_index.core.callbacks import CallbackManager, CBEventType, EventPayload
+from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent, RetrievalStartEvent
+from llama_index.core.schema import NodeWithScore, QueryBundle
+
+dispatcher = get_dispatcher(__name__)
+
+#: True while a ``BaseRetriever.retrieve`` of the pipeline runs (it emits the retrieval events itself).
+_IN_RETRIEVER: contextvars.ContextVar[bool] = contextvars.ContextVar("kb_in_retriever", default=False)
+
+
+@contextmanager
+def inside_retriever() -> Iterator[None]:
+    """Mark the code inside as running under a retriever's ``retrieve`` (which emits the retrieval events)."""
+    token = _IN_RETRIEVER.set(True)
+    try:
+        yield
+    finally:
+        _IN_RETRIEVER.reset(token)
+
+
+@contextmanager
+def lookup_retrieval(query: str | QueryBundle) -> Iterator[Callable[[list[NodeWithScore]], None]]:
+    """One ``RetrievalStart/End`` pair around a lookup's retrieval, unless a retriever emits it; call the yielded
+    function with the nodes retrieved (the end event is sent with them, or with none if it is never called)."""
+    quiet = _IN_RETRIEVER.get()
+    found: list[NodeWithScore] = []
+    if not quiet:
+        dispatcher.event(RetrievalStartEvent(str_or_query_bundle=query))
+    try:
+        yield found.extend
+    finally:
+        if not quiet:
+            dispatcher.event(RetrievalEndEvent(str_or_query_bundle=query, nodes=found))
+
+
+@contextmanager
+def reranking(
+    callback_manager: CallbackManager | None, model_name: str, nodes: list[NodeWithScore], query: QueryBundle | None
+) -> Iterator[Any]:
+    """A ``CBEventType.RERANKING`` event for callback-manager users; ``on_end`` it with the reranked nodes."""
+    manager = callback_manager or CallbackManager([])
+    payload: dict[str, Any] = {
+        EventPayload.NODES: nodes,
+        EventPayload.MODEL_NAME: model_name,
+        EventPayload.QUERY_STR: query.query_str if query is not None else None,
+        EventPayload.TOP_K: len(nodes),
+    }
+    with manager.event(CBEventType.RERANKING, payload=payload) as event:
+        yield event
