@@ -174,6 +174,7 @@ def render_markdown(report: CompareReport, name: str, charts: ChartFiles | None 
         "",
         *markdown_table(["figure", "value"], summary_rows(report), right_align_from=1),
         "",
+        *_sidecar_failures(report),
         *_disagreements(report),
         "",
         "## Hit levels",
@@ -276,6 +277,16 @@ def _disagreements(report: CompareReport) -> list[str]:
         ],
     )
     return lines
+
+
+def _sidecar_failures(report: CompareReport) -> list[str]:
+    """One line per distinct reason the sidecar did not answer (none when it always did)."""
+    reasons = Counter((c.sidecar.status, c.sidecar.reason or "") for c in report.cases if c.sidecar.status != "ok")
+    lines = [
+        f"Sidecar {status} in {count} case(s): {inline(reason) or '(no reason given)'}"
+        for (status, reason), count in sorted(reasons.items())
+    ]
+    return [*lines, ""] if lines else []
 
 
 def _first(side: PathSide) -> str:
