@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, SAMPLE_KB
 
 README = REPO / "README.md"
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
@@ -71,13 +71,21 @@ def test_the_settings_table_lists_every_setting():
 
 
 @pytest.fixture(scope="session")
-def readme_workdir(sample_settings, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder laid out like the repository after ``make demo``: ``.kb-state/demo`` holds the sample KB."""
+def readme_workdir(embed_model, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder laid out like the repository after ``make demo``: ``.kb-state/demo`` holds the sample KB, ingested
+    here under the very path the blocks name (Milvus Lite opens a data dir once per process, by its path)."""
+    from kb_retrieval.config import KBSettings
+    from kb_retrieval.indexing.ingest import ingest
+
     work = tmp_path_factory.mktemp("readme")
-    (work / ".kb-state").mkdir()
-    (work / ".kb-state" / "demo").symlink_to(Path(sample_settings.state_dir).resolve(), target_is_directory=True)
     for name in ("kb_retrieval", "golden", "notebooks"):
         (work / name).symlink_to(REPO / name, target_is_directory=True)
+    before = Path.cwd()
+    os.chdir(work)
+    try:
+        ingest([SAMPLE_KB], KBSettings(state_dir=Path(".kb-state/demo")), embed_model=embed_model)
+    finally:
+        os.chdir(before)
     return work
 
 
@@ -90,7 +98,7 @@ def demo_server(sample_settings, tmp_path_factory: pytest.TempPathFactory) -> It
     if "serve" not in commands:
         pytest.fail("a README block needs `kb-retrieval serve`, which this build has no command for")
     state = tmp_path_factory.mktemp("serve") / "demo"
-    shutil.copytree(sample_settings.state_dir, state)
+    shutil.copytree(sample_settings.state_dir, state, ignore=shutil.ignore_patterns("*.lock"))
     script = Path(sys.executable).parent / "kb-retrieval"
     process = subprocess.Popen(
         [str(script), "serve", "--state-dir", str(state), "--port", SERVER.split(":")[1]],
