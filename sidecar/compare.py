@@ -6,7 +6,7 @@ parser costs nothing.
 
 Command line (wired by ``kb_retrieval.cli``, which adds ``--state-dir/--uri/--collection/--mode``)::
 
-    kb-retrieval compare --golden golden/sample-kb.jsonl [--out reports/compare] [--name NAME] [--k 5]
+    kb-retrieval compare --golden golden/sample-kb.jsonl [--out reports/local/compare] [--name NAME] [--k 5]
 
 Exit codes: 0 report written (whatever the sidecar's status); 2 bad arguments or inputs.
 """
@@ -18,11 +18,11 @@ import sys
 from pathlib import Path
 
 from kb_retrieval.cli_args import positive_int
-from kb_retrieval.reporting import report_name_argument
+from kb_retrieval.reporting import LOCAL_REPORTS_DIR, report_name_argument
 from sidecar.models import DEFAULT_K
 
-#: Default output directory.
-DEFAULT_OUT_DIR = "reports/compare"
+#: Default output directory (untracked; the committed baseline is reports/compare, written by ``make baselines``).
+DEFAULT_OUT_DIR = f"{LOCAL_REPORTS_DIR}/compare"
 
 
 def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
@@ -74,7 +74,7 @@ def run_compare_command(args: argparse.Namespace) -> int:
     settings = settings_from_args(args, sidecar_enabled=True)
     lookup = KnowledgeLookup(settings)
     try:
-        report = run_comparison(golden, lookup, args.k)
+        report = run_comparison(golden, lookup, args.k, progress=True)
     finally:
         lookup.close()
     files = write_compare_report(report, args.out, args.name or _default_name(golden))

@@ -130,6 +130,8 @@ class CaseComparison(BaseModel):
     case_id: str
     scenario: str
     query: str
+    expected_docs: list[str] = []
+    """The documents the case expects first (empty for a no-answer case)."""
     current: PathSide
     sidecar: PathSide
     rows: list[RowDifference]
@@ -277,6 +279,7 @@ def compare_case(
         case_id=case.case_id,
         scenario=case.scenario,
         query=case.query,
+        expected_docs=list(case.expected_docs),
         current=current,
         sidecar=sidecar,
         rows=_rows(current_top, sidecar_top, k) if status == "ok" else [],
@@ -372,22 +375,30 @@ def kendall_tau(a: Sequence[int], b: Sequence[int]) -> float | None:
 # --- the golden set ------------------------------------------------------------------------------------------
 
 
-def run_comparison(golden_path: str | Path, lookup: KnowledgeLookup, k: int = DEFAULT_K) -> CompareReport:
+def run_comparison(
+    golden_path: str | Path, lookup: KnowledgeLookup, k: int = DEFAULT_K, *, progress: bool = False
+) -> CompareReport:
     """Run every golden case through a lookup with the sidecar beside it (:func:`lookup_beside`); compare the paths.
 
     Args:
         golden_path: Golden JSON Lines file.
         lookup: A lookup, normally with ``sidecar_enabled``; without a sidecar every case says ``unavailable``.
         k: Documents compared per path.
+        progress: Show a bar of cases on stderr when it is a terminal.
 
     Returns:
         The report (cases in golden-file order), deterministic for the same collection and settings.
     """
+    from kb_retrieval.progress import progress_bar
+
     cases = load_golden(golden_path)
     comparisons = []
+    bar = progress_bar(len(cases), "comparing", "case", enabled=progress)
     for case in cases:
         detail = lookup_beside(lookup, case.query)
         comparisons.append(compare_case(case, detail.result, detail.ranking, sidecar_run(detail.beside), k))
+        bar.update()
+    bar.close()
     return build_report(cases, comparisons, display_path(golden_path), k, lookup.settings)
 
 

@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 
 from kb_retrieval.evaluation.metrics import score_names
-from kb_retrieval.evaluation.report import HIT_LEVEL_COLORS, NOT_IN_EVIDENCE, hit_level_series
+from kb_retrieval.evaluation.report import HIT_LEVEL_COLORS, NOT_IN_EVIDENCE, cut_query, hit_level_series
 from kb_retrieval.reporting import (
     BarChart,
     ChartFiles,
@@ -25,7 +25,7 @@ from kb_retrieval.reporting import (
     text_table,
     write_report_files,
 )
-from sidecar.comparison import DECIMALS, CaseComparison, CompareReport
+from sidecar.comparison import DECIMALS, CaseComparison, CompareReport, PathSide
 from sidecar.models import ComparableResult
 
 _DEFINITIONS = """\
@@ -162,8 +162,8 @@ def render_summary_text(report: CompareReport) -> str:
 
 
 def render_markdown(report: CompareReport, name: str, charts: ChartFiles | None = None) -> str:
-    """The Markdown report: summary, hit levels, charts (when given), the two paths, every case side by side,
-    definitions."""
+    """The Markdown report: summary, where the paths disagree, hit levels, charts (when given), the two paths, one
+    line per case, the cases whose hit levels differ rank by rank, definitions."""
     lines = [
         f"# Sidecar comparison: {inline(name)}",
         "",
@@ -173,6 +173,9 @@ def render_markdown(report: CompareReport, name: str, charts: ChartFiles | None 
         "## Summary",
         "",
         *markdown_table(["figure", "value"], summary_rows(report), right_align_from=1),
+        "",
+        *_sidecar_failures(report),
+        *_disagreements(report),
         "",
         "## Hit levels",
         "",
@@ -190,9 +193,29 @@ def render_markdown(report: CompareReport, name: str, charts: ChartFiles | None 
         ],
     )
     settings = ", ".join(f"{key}={value}" for key, value in sorted(report.settings.items()))
-    lines += ["", f"Settings: {inline(settings)}.", "", "## Cases", ""]
-    for index, case in enumerate(report.cases, start=1):
-        lines += _case_markdown(index, case)
+    lines += ["", f"Settings: {inline(settings)}.", "", "## All cases", ""]
+    lines += markdown_table(
+        ["#", "case", "current", "sidecar", "top-1 same", "overlap", "tau"],
+        [
+            [
+                str(index),
+                code(case.case_id),
+                _hit(case.current.hit_level, case.current.first_expected_rank),
+                _sidecar_hit(case),
+                "-" if case.agreement is None or case.agreement.top1_same is None else _yes(case.agreement.top1_same),
+                _number(case.agreement.overlap_at_k if case.agreement else None),
+                _number(case.agreement.kendall_tau if case.agreement else None),
+            ]
+            for index, case in enumerate(report.cases, start=1)
+        ],
+    )
+    split = [(index, case) for index, case in enumerate(report.cases, start=1) if _levels_differ(case)]
+    if split:
+        lines += ["", "## The cases whose hit levels differ, rank by rank", ""]
+        for index, case in split:
+            lines += _case_markdown(index, case)
+    else:
+        lines.append("")
     lines += [
         *_DEFINITIONS.format(k=report.k).splitlines(),
         "",
@@ -208,6 +231,89 @@ def render_markdown(report: CompareReport, name: str, charts: ChartFiles | None 
         "",
     ]
     return "\n".join(lines)
+
+
+def disagreements(report: CompareReport) -> list[tuple[int, CaseComparison]]:
+    """The cases where the paths disagree, with their 1-based place in the golden file: hit levels that differ
+    first (the current path worse, then better), then the same hit level but a different first document."""
+
+    def order(item: tuple[int, CaseComparison]) -> tuple[int, int]:
+        index, case = item
+        current, sidecar = (_LEVEL_ORDER.get(side.hit_level, 9) for side in (case.current, case.sidecar))
+        return (0 if current > sidecar else 1 if current < sidecar else 2, index)
+
+    chosen = [
+        (index, case)
+        for index, case in enumerate(report.cases, start=1)
+        if _levels_differ(case) or (case.agreement is not None and case.agreement.top1_same is False)
+    ]
+    return sorted(chosen, key=order)
+
+
+def _disagreements(report: CompareReport) -> list[str]:
+    """The section the report opens with: where the two paths disagree, one line per case."""
+    cases = disagreements(report)
+    lines = ["## Where the paths disagree", ""]
+    if not cases:
+        return [*lines, "Nowhere: every case has the same hit level and the same first document on both paths."]
+    differ = sum(1 for _, case in cases if _levels_differ(case))
+    lines += [
+        f"{len(cases)} of {report.summary.case_count} cases: {differ} with different hit levels (the current path "
+        f"worse first), {len(cases) - differ} with the same hit level but a different first document.",
+        "",
+    ]
+    lines += markdown_table(
+        ["#", "case", "query", "expected", "current came first", "sidecar came first"],
+        [
+            [
+                str(index),
+                code(case.case_id),
+                inline(cut_query(case.query)),
+                "<br>".join(code(doc) for doc in case.expected_docs) or "(no answer expected)",
+                _first(case.current),
+                _first(case.sidecar) if case.sidecar.status == "ok" else f"**{case.sidecar.status.upper()}**",
+            ]
+            for index, case in cases
+        ],
+    )
+    return lines
+
+
+def _sidecar_failures(report: CompareReport) -> list[str]:
+    """One line per distinct reason the sidecar did not answer (none when it always did)."""
+    reasons = Counter((c.sidecar.status, c.sidecar.reason or "") for c in report.cases if c.sidecar.status != "ok")
+    lines = [
+        f"Sidecar {status} in {count} case(s): {inline(reason) or '(no reason given)'}"
+        for (status, reason), count in sorted(reasons.items())
+    ]
+    return [*lines, ""] if lines else []
+
+
+def _first(side: PathSide) -> str:
+    """The path's first document (marked when the agent never received it) and the case's hit level."""
+    if not side.results:
+        return f"(nothing)<br>{_hit(side.hit_level, side.first_expected_rank)}"
+    top = side.results[0]
+    mark = f" {NOT_IN_EVIDENCE}" if top.in_evidence is False else ""
+    return f"{code(top.source)}{mark}<br>{_hit(side.hit_level, side.first_expected_rank)}"
+
+
+def _levels_differ(case: CaseComparison) -> bool:
+    return case.sidecar.status == "ok" and case.current.hit_level != case.sidecar.hit_level
+
+
+def _sidecar_hit(case: CaseComparison) -> str:
+    if case.sidecar.status != "ok":
+        return f"**{case.sidecar.status.upper()}**"
+    return _hit(case.sidecar.hit_level, case.sidecar.first_expected_rank)
+
+
+def _yes(value: bool) -> str:
+    return "yes" if value else "**no**"
+
+
+#: Hit levels from best to worst, to put the cases where the current path does worse first.
+_LEVEL_ORDER = {"strong": 0, "no_answer_correct": 0, "medium": 1, "miss": 2, "no_answer_wrong": 2, "not_run": 3}
 
 
 def _case_markdown(index: int, case: CaseComparison) -> list[str]:

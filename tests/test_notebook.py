@@ -1,12 +1,14 @@
 """``notebooks/exploration.ipynb`` runs top to bottom on the venv's own kernel, offline, and is committed clean.
 
 It is run twice on one state directory, its parameters injected the way papermill does it (a cell tagged
-``injected-parameters`` after the cell tagged ``parameters``): the first run ingests the sample KB, the second finds
-every document unchanged and embeds nothing. Plots are shown inline, and no progress-bar warning reaches the outputs.
+``injected-parameters`` after the cell tagged ``parameters``): the first run ingests the sample KB, the second, given
+no state dir, reuses that state as the demo's and embeds nothing. Plots are shown inline, the rerank chart's stacked
+totals are the evidence scores, and no progress-bar warning reaches the outputs.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -76,10 +78,14 @@ def test_notebook_runs_top_to_bottom_and_a_rerun_skips_unchanged_documents(monke
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
     monkeypatch.delenv("MPLBACKEND", raising=False)
     state = tmp_path / "state"
-    parameters = f"STATE_DIR = {str(state)!r}"
     before = sorted(NOTEBOOK.parent.iterdir())
 
-    runs = [_run(NOTEBOOK, parameters), _run(NOTEBOOK, parameters)]
+    # The second run is given no state dir: it finds the first run's state as the demo's and reuses it.
+    runs = [
+        _run(NOTEBOOK, f"STATE_DIR = {str(state)!r}"),
+        _run(NOTEBOOK, f"STATE_DIR = None\nDEMO_STATE_DIR = {str(state)!r}"),
+    ]
+    assert "(the demo's, reused: nothing to embed again)" in _text(_tagged(runs[1], "ingest"))
 
     first, second = (INGEST.search(_text(_tagged(run, "ingest"))) for run in runs)
     assert first and second, _text(_tagged(runs[0], "ingest"))
@@ -96,6 +102,12 @@ def test_notebook_runs_top_to_bottom_and_a_rerun_skips_unchanged_documents(monke
         assert not [o for o in outputs if o.get("name") == "stderr"], [o["text"] for o in outputs if "text" in o]
         images = [o for o in outputs if "image/png" in o.get("data", {})]
         assert images, "the rerank contribution chart was not shown inline"
+        chart = _tagged(run, "rerank-chart")
+        assert any("image/png" in o.get("data", {}) for o in chart.outputs)
+        drawn = json.loads(_text(chart).strip().splitlines()[-1])
+        # The stacked bars add up to the evidence table's scores, block by block in the evidence's order.
+        assert len(drawn["stacked_totals"]) == len(drawn["evidence_scores"]) >= 2
+        assert drawn["stacked_totals"] == pytest.approx(drawn["evidence_scores"], abs=2e-4)
     assert not list(state.rglob("*.png")) and sorted(NOTEBOOK.parent.iterdir()) == before  # no chart files
 
 

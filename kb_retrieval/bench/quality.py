@@ -15,6 +15,7 @@ from typing import Any
 
 from kb_retrieval.bench.stock import build_stock, document_ranking
 from kb_retrieval.config import Settings
+from kb_retrieval.progress import progress_bar
 
 KS = (1, 3, 5)
 
@@ -140,7 +141,7 @@ def run_setting(
     roots = [shared / "corpora" / c for c in setting.corpora]
     # The default settings (on Milvus Lite: the memory plan), as a user has them.
     settings = Settings(state_dir=state_root / setting.name, collection="kb_chunks")
-    summary = ingest(roots, settings, embed_model=embed_model)
+    summary = ingest(roots, settings, embed_model=embed_model, progress=True)
     log(f"[{setting.name}] lookup_knowledge index: {summary.documents} documents, embedded {summary.chunks_embedded}")
     lookup = KnowledgeLookup(settings)  # queries embedded as a user's are (ONNX)
     stock = build_stock(roots, settings.resolved_milvus_uri(), "stock_chunks", embed_model)
@@ -150,6 +151,7 @@ def run_setting(
     for set_name in setting.golden_sets:
         cases = read_cases(shared / "golden" / f"{set_name}.jsonl")
         scores = {"lookup_knowledge": SystemScores(), **{name: SystemScores() for name in stock.by_name()}}
+        bar = progress_bar(len(cases), f"[{setting.name}] {set_name}", "case")
         for case in cases:
             try:
                 result, ranking = lookup.lookup_ranked(case.query)
@@ -163,6 +165,8 @@ def run_setting(
             for name, retriever in stock.by_name().items():
                 stock_ranking = document_ranking(retriever, case.query) if case.query.strip() else []
                 scores[name].add(case, stock_ranking, bool(stock_ranking))
+            bar.update()
+        bar.close()
         results[set_name] = {name: s.summary() for name, s in scores.items()}
         log(
             f"[{setting.name}] {set_name}: "

@@ -16,6 +16,7 @@ from kb_retrieval.bench.quality import SETTINGS, read_cases, run_setting
 from kb_retrieval.bench.report import SYSTEMS, write_bench_charts
 from kb_retrieval.bench.speed import ingest_throughput, latency_at_scale, server_scale, start_up, warm_latency
 from kb_retrieval.config import Settings
+from kb_retrieval.reporting import replace_marked_section
 
 #: The parts of ``make bench``; ``kb-retrieval bench --only PART`` re-runs one and keeps the others' figures.
 PARTS = ("quality", "speed", "scale")
@@ -58,7 +59,7 @@ def run_bench(shared: Path, out_dir: Path, state_root: Path, *, parts: set[str],
         settings = Settings(state_dir=state_root / "runbooks")
         from kb_retrieval.indexing.ingest import ingest
 
-        ingest([runbooks], settings, embed_model=embed_model)
+        ingest([runbooks], settings, embed_model=embed_model, progress=True)
         report["speed"]["warm_latency"] = warm_latency(
             settings, {"alerts": queries, "questions": questions}, embed_model
         )
@@ -375,8 +376,6 @@ def _strong(m: dict[str, Any]) -> str:
 
 def update_readme(readme: Path, summary: str) -> None:
     text = readme.read_text(encoding="utf-8")
-    if README_START not in text or README_END not in text:
-        return
-    head, rest = text.split(README_START, 1)
-    _, tail = rest.split(README_END, 1)
-    readme.write_text(f"{head}{README_START}\n{summary}\n{README_END}{tail}", encoding="utf-8")
+    new = replace_marked_section(text, README_START, README_END, summary)
+    if new != text:
+        readme.write_text(new, encoding="utf-8")

@@ -44,6 +44,10 @@ class CaseResult(BaseModel):
 
     case_id: str
     scenario: str
+    query: str = ""
+    """The case's query, as the golden file holds it."""
+    expected_docs: list[str] = []
+    """The documents the case expects first (empty for a no-answer case)."""
     status: CaseStatus
     """Hit level (``strong``/``medium``/``miss``), no-answer outcome, or ``not_run``."""
     first_expected_rank: int | None = None
@@ -99,6 +103,8 @@ def classify_case(case: GoldenCase, fixture: Fixture | None) -> CaseResult:
     return CaseResult(
         case_id=case.case_id,
         scenario=case.scenario,
+        query=case.query,
+        expected_docs=list(case.expected_docs),
         status=status,
         first_expected_rank=first_rank,
         top_candidates=[candidate.label() for candidate in top],
@@ -182,4 +188,11 @@ def _withheld_note(fixture: Fixture, relevant: dict[str, int]) -> str:
 
 
 def _not_run(case: GoldenCase, reason: str) -> CaseResult:
-    return CaseResult(case_id=case.case_id, scenario=case.scenario, status="not_run", failed_checks=[reason])
+    return CaseResult(
+        case_id=case.case_id,
+        scenario=case.scenario,
+        query=case.query,
+        expected_docs=list(case.expected_docs),
+        status="not_run",
+        failed_checks=[reason],
+    )

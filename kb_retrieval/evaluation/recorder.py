@@ -20,9 +20,13 @@ SCORE_DIGITS = 4
 _VOLATILE = {"elapsedMs", "stageMs", "traceRecorded"}
 
 
-def record_fixtures(golden_path: Path, out_dir: Path, settings: Settings, lookup: Any = None) -> int:
-    """Write one fixture per golden case into ``out_dir``; returns the number written."""
+def record_fixtures(
+    golden_path: Path, out_dir: Path, settings: Settings, lookup: Any = None, *, progress: bool = False
+) -> int:
+    """Write one fixture per golden case into ``out_dir``; returns the number written. ``progress``: a bar of
+    cases on stderr when it is a terminal."""
     from kb_retrieval.engine import KnowledgeLookup
+    from kb_retrieval.progress import progress_bar
 
     cases = load_golden(golden_path)
     lookup = lookup or KnowledgeLookup(settings)
@@ -37,6 +41,7 @@ def record_fixtures(golden_path: Path, out_dir: Path, settings: Settings, lookup
         "evidence_follows_ranking": settings.evidence_follows_ranking,
         "reference_threshold": settings.reference_threshold,
     }
+    bar = progress_bar(len(cases), "recording fixtures", "case", enabled=progress)
     for case in cases:
         result, ranking = lookup.lookup_ranked(case.query)
         candidates = [
@@ -64,6 +69,8 @@ def record_fixtures(golden_path: Path, out_dir: Path, settings: Settings, lookup
             ),
             out_dir,
         )
+        bar.update()
+    bar.close()
     return len(cases)
 
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict
 from kb_retrieval.evaluation.hit_levels import TOP_CANDIDATES, CaseResult, CaseStatus
 from kb_retrieval.evaluation.metrics import DECIMALS, RANKING_CUTOFF, MetricSet, score_names
 from kb_retrieval.reporting import (
+    LOCAL_REPORTS_DIR,
     BarChart,
     ChartFiles,
     ReportFiles,
@@ -29,8 +30,9 @@ from kb_retrieval.reporting import (
     write_report_files,
 )
 
-#: Default output directory (the retrieval evaluation documentation area) and report name.
-DEFAULT_OUT_DIR = "reports/retrieval-eval"
+#: Default output directory (untracked; the committed baseline is reports/retrieval-eval, written by
+#: ``make baselines``) and report name.
+DEFAULT_OUT_DIR = f"{LOCAL_REPORTS_DIR}/retrieval-eval"
 DEFAULT_REPORT_NAME = "baseline"
 #: Version of the JSON layout; bump it when fields change meaning.
 REPORT_SCHEMA_VERSION = 1
@@ -68,9 +70,10 @@ _DEFINITIONS = """\
 - `mrr@{cutoff}` and `ndcg@{cutoff}` are computed over answerable run cases with graded relevance
   (expected 2, acceptable 1; nDCG with linear gains and log2 discount); a case that retrieved nothing
   scores 0.
-- `top candidates`: the first {top} retrieved documents as `source > breadcrumb`. *(not in evidence)* marks
-  a candidate the agent never received: ranked, and counted as retrieved above, but under the evidence
-  threshold or left out of the context pack by its token budget. Rates are rounded to {decimals} decimals.
+- `came first`: the first retrieved document as `source > breadcrumb` (the JSON report lists the first
+  {top}). *(not in evidence)* marks a candidate the agent never received: ranked, and counted as retrieved
+  above, but under the evidence threshold or left out of the context pack by its token budget. Rates are
+  rounded to {decimals} decimals.
 """
 
 #: Colour of each hit level in the charts: good green, partial amber, failures red or purple, not run grey.
@@ -83,6 +86,8 @@ HIT_LEVEL_COLORS = {
     "not run": "#7f7f7f",
 }
 NOT_IN_EVIDENCE = "*(not in evidence)*"
+#: The longest a query is shown in a report's table (the JSON keeps it whole).
+QUERY_CHARS = 120
 
 
 class EvalReport(BaseModel):
@@ -227,17 +232,18 @@ def render_markdown(report: EvalReport, name: str = DEFAULT_REPORT_NAME, charts:
     case_rows = [
         [
             str(index),
-            code(result.case_id),
-            inline(result.scenario),
+            f"{code(result.case_id)}<br>{inline(result.scenario)}",
+            inline(cut_query(result.query)) or "-",
+            "<br>".join(code(doc) for doc in result.expected_docs) or "(no answer expected)",
             _STATUS_MARKDOWN[result.status],
             str(result.first_expected_rank) if result.first_expected_rank is not None else "-",
-            "<br>".join(_candidate_cell(label, result) for label in result.top_candidates) or "-",
+            _candidate_cell(result.top_candidates[0], result) if result.top_candidates else "(nothing)",
             "<br>".join(inline(check) for check in result.failed_checks) or "-",
         ]
         for index, result in enumerate(report.cases, start=1)
     ]
     lines += markdown_table(
-        ["#", "case", "scenario", "result", "first expected rank", "top candidates", "failed checks"],
+        ["#", "case", "query", "expected", "result", "first expected rank", "came first", "failed checks"],
         case_rows,
     )
     lines += [
@@ -255,6 +261,12 @@ def render_markdown(report: EvalReport, name: str = DEFAULT_REPORT_NAME, charts:
         "",
     ]
     return "\n".join(lines)
+
+
+def cut_query(query: str, limit: int = QUERY_CHARS) -> str:
+    """A query on one line, cut to ``limit`` characters with "..." (for a table cell)."""
+    text = " ".join(query.split())
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 
 
 def _candidate_cell(label: str, result: CaseResult) -> str:

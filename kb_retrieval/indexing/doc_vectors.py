@@ -58,6 +58,7 @@ from kb_retrieval.indexing.static_embed import (
 )
 from kb_retrieval.knowledge.loader import KbDocument, LoadedKnowledgeBase
 from kb_retrieval.knowledge.text import cut_to_bytes, heading, is_fence, words
+from kb_retrieval.progress import progress_bar
 from kb_retrieval.retrieval.filters import in_expr
 
 #: Suffix of the companion collection holding the document vectors of ``<collection>``.
@@ -201,6 +202,8 @@ def write_doc_vectors(
     chunk_ids: Mapping[str, Sequence[str]],
     model: BaseEmbedding | None,
     load_model: Callable[[], BaseEmbedding],
+    *,
+    progress: bool = False,
 ) -> tuple[int, float]:
     """Make the companion rows of each KB folder exactly its documents (their chunks written already, ``chunk_ids``
     by source); returns (rows written + deleted, seconds spent embedding). Convergent like the L0 index: a row is
@@ -219,6 +222,7 @@ def write_doc_vectors(
                 todo.append((doc, kb.kb_id, row_hash))
         deletes += sorted(s for s, row in existing.items() if row["kb"] == kb.kb_id and s not in current)
     seconds = 0.0
+    bar = progress_bar(len(todo), "document vectors", "doc", enabled=progress)
     for start in range(0, len(todo), WRITE_BATCH):
         batch = todo[start : start + WRITE_BATCH]
         model = model or load_model()
@@ -242,6 +246,8 @@ def write_doc_vectors(
             for j, (doc, kb_id, row_hash) in enumerate(batch)
         ]
         client.upsert(name, rows)
+        bar.update(len(batch))
+    bar.close()
     for start in range(0, len(deletes), WRITE_BATCH):
         client.delete(name, ids=deletes[start : start + WRITE_BATCH])
     return len(todo) + len(deletes), seconds

@@ -7,9 +7,10 @@ product and L2 distances all order candidates the same and convert into one anot
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from functools import lru_cache
 
 import numpy as np
@@ -36,9 +37,30 @@ def load_embed_model(name: str = BUNDLED_MODEL, batch_size: int = 32) -> BaseEmb
         raise FileNotFoundError(f"embedding model folder not found: {path} (KB_EMBED_MODEL)")
     # Offline by argument, not by the process environment (the host's HF_* variables are its own): a model that is
     # not on disk is an error, never a download.
-    return HuggingFaceEmbedding(
-        model_name=path, normalize=True, embed_batch_size=batch_size, device="cpu", local_files_only=True
-    )
+    with quiet_model_loading():
+        return HuggingFaceEmbedding(
+            model_name=path, normalize=True, embed_batch_size=batch_size, device="cpu", local_files_only=True
+        )
+
+
+@contextlib.contextmanager
+def quiet_model_loading() -> Iterator[None]:
+    """Hide transformers' "Loading weights" bar and load report while a model loads, unless ``kb_retrieval``
+    logs at INFO (``kb-retrieval -v``): a user's terminal shows what kb-retrieval does, not a library's internals."""
+    if logging.getLogger("kb_retrieval").isEnabledFor(logging.INFO):
+        yield
+        return
+    from transformers.utils import logging as hf_logging
+
+    bars, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def normalise(vectors: Sequence[Sequence[float]] | np.ndarray) -> np.ndarray:

@@ -17,16 +17,16 @@ Example:
 
 from __future__ import annotations
 
-import sys
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from pydantic import BaseModel, Field
-from tqdm import tqdm
 
 from kb_retrieval.config import Settings
 from kb_retrieval.indexing.doc_vectors import ensure_doc_vectors_collection, write_doc_vectors
@@ -52,7 +52,10 @@ from kb_retrieval.knowledge.loader import (
     load_knowledge_base,
 )
 from kb_retrieval.knowledge.text import cut_to_bytes
+from kb_retrieval.progress import progress_bar
 from kb_retrieval.retrieval.lexical import analysed_text, lexical_document
+
+log = logging.getLogger(__name__)
 
 
 class SkippedEntry(BaseModel):
@@ -133,9 +136,11 @@ def ingest(
         for d in kb_dirs
     ]
     _refuse_duplicate_sources(kbs)
-    skipped = [s for kb in kbs for s in kb.skipped]
+    skipped = [s for kb in kbs for s in kb.skipped]  # each already warned about by the loader
     for kb in kbs:
         kb.documents, too_long = _fit_limits(kb.documents)
+        for entry in too_long:
+            log.warning("skipped %s: %s", entry.source_id, entry.reason)
         skipped.extend(too_long)
 
     client = connect(settings)
@@ -158,7 +163,15 @@ def ingest(
         model = load_embed_model(settings.embed_model, settings.embed_batch_size)
     # A collection with full-text search gets each chunk's analysed text (Milvus computes BM25 from it).
     full_text = full_text_off(client, settings) is None
-    writer = _Writer(client, settings, model, total=len(to_write), progress=progress, full_text=full_text)
+    writer = _Writer(
+        client,
+        settings,
+        model,
+        total=len(to_write),
+        progress=progress,
+        full_text=full_text,
+        documents=sum(1 for plan in plans if plan.missing),
+    )
     for plan in plans:
         writer.add(plan)
     writer.finish()
@@ -181,6 +194,7 @@ def ingest(
         chunk_ids,
         model,
         lambda: load_embed_model(settings.embed_model, settings.embed_batch_size),
+        progress=progress,
     )
     wrote = doc_rows > 0 or wrote
     _record(client, settings, kbs, model, embedded=bool(writer.embedded or doc_rows))
@@ -291,6 +305,7 @@ class _Writer:
         total: int,
         progress: bool,
         full_text: bool = False,
+        documents: int = 0,
     ) -> None:
         self.client = client
         self.full_text = full_text
@@ -301,9 +316,10 @@ class _Writer:
         self.waiting: list[_DocPlan] = []
         self.embedded = 0
         self.embed_seconds = 0.0
-        self.bar = tqdm(
-            total=total, unit="chunk", desc="embedding", disable=not progress or total == 0, file=sys.stderr
-        )
+        self.documents_total = documents
+        self.documents_done = 0
+        # Chunks embedded, with tqdm's rate and ETA, and documents done beside them; only on a terminal.
+        self.bar = progress_bar(total, "embedding", "chunk", enabled=progress)
 
     def add(self, plan: _DocPlan) -> None:
         self.pending.extend((plan, c) for c in plan.missing)
@@ -318,9 +334,15 @@ class _Writer:
     def _flush(self) -> None:
         if self.pending:
             assert self.model is not None
-            t0 = time.perf_counter()
-            vectors = embed_texts(self.model, [c.embedding_text() for _, c in self.pending])
-            self.embed_seconds += time.perf_counter() - t0
+            texts = [c.embedding_text() for _, c in self.pending]
+            step = self.settings.embed_batch_size
+            parts = []
+            for start in range(0, len(texts), step):  # one model batch at a time, so the bar moves as it goes
+                t0 = time.perf_counter()
+                parts.append(embed_texts(self.model, texts[start : start + step]))
+                self.embed_seconds += time.perf_counter() - t0
+                self.bar.update(len(parts[-1]))
+            vectors = np.concatenate(parts)
             written_at = round(time.time(), 6)  # one stamp per write: lookups prefer a document's newest version
             rows = [
                 _row(self.settings, plan.doc, chunk, len(plan.chunks), vec, written_at, full_text=self.full_text)
@@ -328,12 +350,14 @@ class _Writer:
             ]
             self.client.upsert(self.settings.collection, rows)
             self.embedded += len(rows)
-            self.bar.update(len(rows))
             self.pending.clear()
         # Every waiting document now has all its new chunks written: drop its old ones.
         for plan in self.waiting:
             if plan.stale_ids:
                 _delete(self.client, self.settings, plan.stale_ids)
+        self.documents_done += sum(1 for plan in self.waiting if plan.missing)
+        if self.documents_total:
+            self.bar.set_postfix_str(f"{self.documents_done}/{self.documents_total} documents", refresh=True)
         self.waiting.clear()
 
 

@@ -370,7 +370,11 @@ def ensure_collection(client: MilvusClient, settings: Settings, *, create: bool 
     name = settings.collection
     if not client.has_collection(name):
         if not create:
-            raise SchemaMismatchError(f"Milvus collection '{name}' does not exist: run `kb-retrieval ingest` first")
+            raise SchemaMismatchError(
+                f"Milvus collection '{name}' does not exist in {settings.mask(settings.resolved_milvus_uri())}: "
+                "run `kb-retrieval ingest` first, or point --state-dir / KB_STATE_DIR (or KB_MILVUS_URI) at the "
+                "state that holds it (`make demo` uses .kb-state/demo)"
+            )
         lite = is_lite_engine(client, settings)
         index_type, params = vector_index(settings, lite=lite)
         full_text = bool(settings.lexical_text_field and settings.sparse_field) and engine_has_full_text(client, lite)

@@ -30,7 +30,13 @@ import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from pydantic import Field, PrivateAttr
 
-from kb_retrieval.indexing.embeddings import BUNDLED_MODEL, bundled_model_path, load_embed_model, normalise
+from kb_retrieval.indexing.embeddings import (
+    BUNDLED_MODEL,
+    bundled_model_path,
+    load_embed_model,
+    normalise,
+    quiet_model_loading,
+)
 
 if TYPE_CHECKING:
     from kb_retrieval.config import Settings
@@ -153,7 +159,8 @@ def _export_fp32(model_dir: Path, out_path: Path) -> np.ndarray:
 
     # eval() on the wrapper, not only the model: the exporter restores the wrapper's mode afterwards, and a
     # wrapper left in training mode would switch dropout on in the reference below.
-    wrapper = _Pooled(transformers.AutoModel.from_pretrained(str(model_dir), local_files_only=True)).eval()
+    with quiet_model_loading():
+        wrapper = _Pooled(transformers.AutoModel.from_pretrained(str(model_dir), local_files_only=True)).eval()
     tokenizer = _tokenizer(model_dir)
     # A padded batch as the example, so the traced graph takes the attention-mask path.
     example = {k: torch.from_numpy(v) for k, v in _encode(tokenizer, list(_PROBE_TEXTS[:2])).items()}

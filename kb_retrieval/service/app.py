@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -50,6 +50,7 @@ from kb_retrieval.service.models import (
 from kb_retrieval.service.runner import BusyError, LookupRunner, QueryTooLongError
 from kb_retrieval.service.security import AccessLogMiddleware, BearerTokenMiddleware, BodyLimitMiddleware
 from kb_retrieval.service.settings import ServeSettings
+from kb_retrieval.terminal import lookup_text
 from kb_retrieval.traces import row_dict
 
 log = logging.getLogger(__name__)
@@ -152,12 +153,22 @@ def create_app(lookup: KnowledgeLookup, serve: ServeSettings | None = None) -> F
             200: {"description": "The LookupResult JSON (or, with Accept: text/plain, the agent's text)."},
         },
     )
-    async def lookup_route(body: LookupRequest, request: Request, runner: Runner) -> Response:
-        """One lookup: exactly the JSON ``kb-retrieval lookup --json`` prints."""
+    async def lookup_route(
+        body: LookupRequest,
+        request: Request,
+        runner: Runner,
+        view: Annotated[Literal["agent", "terminal"], Query()] = "agent",
+        full: bool = False,
+        width: Annotated[int | None, Query(ge=20, le=1000)] = None,
+    ) -> Response:
+        """One lookup: exactly the JSON ``kb-retrieval lookup --json`` prints. With ``Accept: text/plain``: the agent's
+        text, or with ``view=terminal`` (``full``, ``width``) what ``kb-retrieval lookup`` prints for a person."""
         request.scope["state"]["access"]["query"] = body.query
         runner.check_length(body.query)
         result = await runner.lookup(body.query, body.overrides())
         if request.headers.get("accept", "").startswith("text/plain"):
+            if view == "terminal":
+                return PlainTextResponse(lookup_text(result, lookup.settings.scoring, full=full, width=width))
             return PlainTextResponse(agent_text(result))
         return Response(result_json(result.to_json_dict()), media_type="application/json")
 

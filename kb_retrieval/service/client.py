@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
@@ -59,9 +60,11 @@ class LookupClient:
         data: dict[str, Any] = json.loads(self._post("/v1/lookup", {"query": query}, "application/json"))
         return data
 
-    def lookup_text(self, query: str) -> str:
-        """The agent's text of one lookup (what ``lookup`` prints without ``--json``)."""
-        return self._post("/v1/lookup", {"query": query}, "text/plain").decode("utf-8")
+    def lookup_text(self, query: str, *, full: bool = False, width: int | None = None) -> str:
+        """What ``kb-retrieval lookup`` prints without ``--json`` for one lookup (the person's view)."""
+        params = {"view": "terminal", **({"full": "true"} if full else {}), **({"width": str(width)} if width else {})}
+        path = "/v1/lookup?" + urllib.parse.urlencode(params)
+        return self._post(path, {"query": query}, "text/plain").decode("utf-8")
 
 
 def _error_text(body: bytes) -> str:

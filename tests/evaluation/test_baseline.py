@@ -21,7 +21,7 @@ def test_baseline_regenerates_byte_for_byte(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in committed_dir.iterdir())
     for name in ("baseline.json", "baseline.md"):
         committed = (committed_dir / name).read_bytes()
-        assert (tmp_path / name).read_bytes() == committed, f"{name} differs: regenerate with `make eval` on purpose"
+        assert (tmp_path / name).read_bytes() == committed, f"{name} differs: run `make baselines`"
     for chart in sorted(committed_dir.glob("*.png")):
         # Charts are byte-identical for the same figures and matplotlib version (the PNG names the version).
         if png_software(chart) == png_software(tmp_path / chart.name):

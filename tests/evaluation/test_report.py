@@ -103,6 +103,8 @@ def test_json_report_is_sorted_and_loads_back(golden_path: Path, fixtures_dir: P
     assert data["cases"][3] == {
         "case_id": "chat-miss",
         "scenario": "chat",
+        "query": "How do I rotate the TLS certificate of the ingress?",
+        "expected_docs": ["tls/cert-rotation.md"],
         "status": "miss",
         "first_expected_rank": None,
         "top_candidates": ["nginx/ingress-5xx.md > Ingress 5xx > Diagnosis", "k8s/secrets.md > Secrets > Rotation"],
@@ -121,7 +123,7 @@ def test_markdown_reads_on_its_own(golden_path: Path, fixtures_dir: Path) -> Non
     assert sections == ["## Summary", "## Cases", "## Definitions", "## Regenerate"]  # no charts unless drawn
     assert "| metric | overall | aiops | chat |" in lines
     assert "| recall@5 | 0.6000 | 0.6667 | 0.5000 |" in lines
-    rows = {line.split(" | ")[1]: line for line in lines if line.startswith("| ") and " | `" in line}
+    rows = {line.split(" | ")[1].split("<br>")[0]: line for line in lines if line.startswith("| ") and " | `" in line}
     assert "**MISS**" in rows["`chat-miss`"]
     assert "**MISS**" in rows["`aiops-miss-withheld`"]
     assert "**WRONG no-answer**" in rows["`aiops-no-answer-wrong`"]
@@ -139,7 +141,7 @@ def test_markdown_escapes_table_breaking_text(golden_path: Path, fixtures_dir: P
     markdown = render_markdown(report.model_copy(update={"cases": [case]}))
 
     row = next(line for line in markdown.splitlines() if line.startswith("| 1 |"))
-    assert row.count(" | ") == 6  # seven cells, no stray separators
+    assert row.count(" | ") == 7  # eight cells, no stray separators
     assert "&lt;b>" in row
 
 
@@ -155,9 +157,12 @@ def test_candidates_the_agent_never_received_are_marked(golden_path: Path, fixtu
     report = evaluate(golden_path, fixtures_dir)
     markdown = render_markdown(report)
     row = next(line for line in markdown.splitlines() if line.startswith("| 4 | `chat-miss`"))
-
-    cell = row.split(" | ")[5]
-    assert cell == (
-        "`nginx/ingress-5xx.md > Ingress 5xx > Diagnosis`<br>`k8s/secrets.md > Secrets > Rotation` *(not in evidence)*"
-    )
+    cells = row.split(" | ")
+    assert cells[2:4] == ["How do I rotate the TLS certificate of the ingress?", "`tls/cert-rotation.md`"]
+    assert cells[6] == "`nginx/ingress-5xx.md > Ingress 5xx > Diagnosis`"  # came first, and the agent got it
+    # A first candidate the agent never received is marked in its cell.
+    case = report.cases[3].model_copy(update={"not_in_evidence": [report.cases[3].top_candidates[0]]})
+    marked = render_markdown(report.model_copy(update={"cases": [case]}))
+    row = next(line for line in marked.splitlines() if line.startswith("| 1 | `chat-miss`"))
+    assert row.split(" | ")[6] == "`nginx/ingress-5xx.md > Ingress 5xx > Diagnosis` *(not in evidence)*"
     assert "*(not in evidence)* marks a candidate the agent never received" in " ".join(markdown.split())

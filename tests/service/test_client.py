@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from kb_retrieval.bench.milvus_server import pick_free_ports
-from kb_retrieval.result import agent_text
+from kb_retrieval.terminal import lookup_text
 from tests.conftest import REPO
 from tests.service.conftest import REDIS_ALERT, without_timings
 
@@ -36,7 +36,10 @@ def cli(*args: str, stdin: str | None = None, env: dict[str, str] | None = None)
 def test_text_and_json_output_are_what_an_in_process_lookup_prints(served, in_process):
     text = cli("lookup", "--server", served.url, REDIS_ALERT)
     assert text.returncode == 0, text.stderr
-    assert text.stdout == agent_text(in_process.lookup(REDIS_ALERT)) + "\n"
+    expected = lookup_text(in_process.lookup(REDIS_ALERT), in_process.settings.scoring)  # the person's view
+    assert text.stdout == expected + "\n"
+    full = cli("lookup", "--server", served.url, "--full", REDIS_ALERT)
+    assert full.stdout == lookup_text(in_process.lookup(REDIS_ALERT), in_process.settings.scoring, full=True) + "\n"
     as_json = cli("lookup", "--json", REDIS_ALERT, env={"KB_SERVER_URL": served.url})  # the URL from the env
     assert as_json.returncode == 0, as_json.stderr
     assert as_json.stdout.count("\n") == 1

@@ -207,7 +207,8 @@ def test_unavailable_sidecar_report_keeps_every_current_result(golden_subset, sa
     assert data["summary"]["sidecar_status"] == "unavailable"
     assert all(case["current"]["results"] for case in data["cases"] if case["current"]["status"] == "found")
     markdown = files.markdown.read_text(encoding="utf-8")
-    assert "sidecar **UNAVAILABLE**" in markdown and "connection refused" in markdown
+    assert "| **UNAVAILABLE** |" in markdown and "Sidecar unavailable in 8 case(s): " in markdown
+    assert "connection refused" in markdown
     # nothing to compare: the hit levels chart only
     assert [p.name for p in files.paths()] == ["unavailable.json", "unavailable.md", "unavailable-hit-levels.png"]
 

@@ -1,0 +1,116 @@
+"""The configuration reference as Markdown tables, generated from the settings models (variable, default, meaning).
+
+:class:`~kb_retrieval.config.KBSettings` documents every setting once, in its field's description; the README's
+table and docs/configuration.md are made from those, so they cannot drift apart (a test regenerates both and compares).
+
+Regenerate the marked sections in place::
+
+    python -m kb_retrieval.settings_table README.md docs/configuration.md
+
+Example:
+    >>> settings_rows()[0][:2]
+    ('`KB_STATE_DIR`', '`.kb-state`')
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+import typing
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, SecretStr
+from pydantic.fields import FieldInfo
+
+from kb_retrieval.config import KBSettings, ScoringSettings
+from kb_retrieval.reporting import markdown_table, replace_marked_section
+
+#: The markers around each generated table, and the file each belongs in.
+SECTIONS = {
+    "settings": ("<!-- settings:start -->", "<!-- settings:end -->"),
+    "scoring": ("<!-- scoring:start -->", "<!-- scoring:end -->"),
+}
+HEADER = ["variable", "default", "meaning"]
+
+
+def settings_rows(model: type[BaseModel] = KBSettings, prefix: str = "KB_") -> list[tuple[str, str, str]]:
+    """One ``(variable, default, meaning)`` row per setting of ``model``, in declaration order; a nested group (the
+    scoring settings) is one row pointing at its own table.
+
+    Raises:
+        ValueError: A setting has no description (every setting is documented, or the table would say nothing).
+    """
+    rows = []
+    for name, info in model.model_fields.items():
+        variable = f"{prefix}{name.upper()}"
+        if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
+            meaning = f"The {name} group: one variable per field, see docs/configuration.md."
+            rows.append((f"`{variable}__*`", "-", meaning))
+            continue
+        if not info.description:
+            raise ValueError(f"setting {name} of {model.__name__} has no description (kb_retrieval/config.py)")
+        rows.append((f"`{variable}`", _default(info), _cell(info.description + _choices(info))))
+    return rows
+
+
+def render(section: str) -> str:
+    """The Markdown table of one section: ``settings`` (``KB_*``) or ``scoring`` (``KB_SCORING__*``)."""
+    rows = settings_rows() if section == "settings" else settings_rows(ScoringSettings, "KB_SCORING__")
+    return "\n".join(markdown_table(HEADER, [list(row) for row in rows]))
+
+
+def update(path: Path) -> bool:
+    """Rewrite every marked section ``path`` holds; True when the file changed."""
+    text = path.read_text(encoding="utf-8")
+    new = text
+    for section, (start, end) in SECTIONS.items():
+        if start in new:
+            new = replace_marked_section(new, start, end, render(section))
+    if new != text:
+        path.write_text(new, encoding="utf-8", newline="\n")
+    return new != text
+
+
+def _default(info: FieldInfo) -> str:
+    value: Any = info.get_default(call_default_factory=True)
+    if value is None:
+        return "(see meaning)"
+    if isinstance(value, SecretStr):
+        return "(empty)" if not value.get_secret_value() else "(set)"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if isinstance(value, Path):
+        value = value.as_posix()
+    if value == "" or value == {}:
+        return "(empty)"
+    return f"`{value}`"
+
+
+def _choices(info: FieldInfo) -> str:
+    """`` One of `a`, `b`.`` for a setting whose type is a set of literals."""
+    args = typing.get_args(info.annotation)
+    if typing.get_origin(info.annotation) is typing.Literal and all(isinstance(a, str) for a in args):
+        return " One of " + ", ".join(f"`{a}`" for a in args) + "."
+    return ""
+
+
+def _cell(text: str) -> str:
+    """Description text made safe in a table cell: one line, pipes escaped, angle brackets not read as HTML."""
+    text = " ".join(text.split()).replace("|", "\\|").replace("*", "\\*")
+    return text.replace("<", "&lt;").replace(">", "&gt;")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Rewrite the marked sections of the files named (default README.md), or print the tables with none marked."""
+    paths = [Path(p) for p in (sys.argv[1:] if argv is None else argv)] or [Path("README.md")]
+    for path in paths:
+        print(f"{path}: {'updated' if update(path) else 'unchanged'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""The terminal view of a lookup result: what a person reading ``kb-retrieval lookup`` needs first.
+
+One line per evidence document (rank, source, title, relevance, why in words), the documents the context budget
+left out named, then the first document's matched sections (``full=True``: every block's whole text). The agent
+reads :func:`kb_retrieval.result.agent_text` and scripts read ``--json``; neither changes with this view.
+
+Example:
+    >>> reason_in_words("l0_keyword:RedisMemoryHigh")
+    'keyword RedisMemoryHigh'
+    >>> reason_in_words("l1_document:title 0.788 summary 0.828 text 0.800 static 0.659 weighted title 0.349")
+    'document as a whole close (summary 0.83)'
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+
+from kb_retrieval.config import ScoringSettings
+from kb_retrieval.models import DocumentSection, EvidenceBlock, LookupResult
+from kb_retrieval.result import relevance
+from kb_retrieval.retrieval.stage import HitKind
+
+#: How many hit reasons the "why" column shows (the rest are in ``--json``).
+MAX_REASONS = 4
+#: The widest a column of sources or titles grows before it is cut with "...".
+MAX_SOURCE_CHARS = 48
+MAX_TITLE_CHARS = 40
+
+
+def lookup_text(result: LookupResult, scoring: ScoringSettings, *, full: bool = False, width: int | None = None) -> str:
+    """The result as a person reads it on a terminal.
+
+    Args:
+        result: The lookup's result.
+        scoring: The settings whose relevance cut-offs name each document's relevance.
+        full: Print every evidence block's whole text, not only the first document's matched sections.
+        width: Cut the document lines to this many characters (a terminal's width); None keeps them whole.
+    """
+    if not result.found:
+        return result.message
+    summary = result.context_pack.summary
+    left_out = set(summary.omitted_sources)
+    shortened = set(summary.truncated_sources)
+    head = (
+        f"{len(result.evidence_blocks)} evidence document(s), relevance {result.relevance_level}, "
+        f"{result.elapsed_ms:.0f} ms"
+    )
+    rows = [["#", "source", "title", "relevance", "why"]]
+    for rank, block in enumerate(result.evidence_blocks, start=1):
+        mark = " (left out)" if block.source in left_out else " (cut)" if block.source in shortened else ""
+        rows.append(
+            [
+                str(rank),
+                _cut(block.source, MAX_SOURCE_CHARS) + mark,
+                _cut(block.title or "-", MAX_TITLE_CHARS),
+                f"{relevance([block], scoring)} {block.similarity:.2f}",
+                why(block),
+            ]
+        )
+    lines = [head, "", *_columns(rows, width)]
+    if left_out:
+        lines += ["", f"Left out of the agent's context by the token budget: {', '.join(summary.omitted_sources)}"]
+    if shortened:
+        lines += [f"Cut to fit the token budget: {', '.join(summary.truncated_sources)}"]
+    blocks = result.evidence_blocks if full else result.evidence_blocks[:1]
+    for rank, block in enumerate(blocks, start=1):
+        lines += ["", *_block_text(rank, block, full=full)]
+    if not full and len(result.evidence_blocks) > 1:
+        lines += ["", "--full prints every document's text; --json the whole result with its traces."]
+    return "\n".join(lines)
+
+
+def why(block: EvidenceBlock, limit: int = MAX_REASONS) -> str:
+    """The block's hit reasons in words, the strongest kinds first, at most ``limit`` of them."""
+    order = {kind.value: index for index, kind in enumerate(_KIND_ORDER)}
+    reasons = sorted(block.hit_reasons, key=lambda r: order.get(r.partition(":")[0], len(order)))
+    words = list(dict.fromkeys(reason_in_words(r) for r in reasons))
+    more = len(words) - limit
+    return "; ".join(words[:limit]) + (f"; +{more} more" if more > 0 else "")
+
+
+def reason_in_words(reason: str) -> str:
+    """One hit reason (``kind:detail``) as a short phrase."""
+    kind, _, detail = reason.partition(":")
+    if kind == HitKind.L1_DOCUMENT.value:
+        scores = dict((name, float(value)) for name, value in re.findall(r"([a-z ]+?) (\d+\.\d+)", detail))
+        name, best = max(scores.items(), key=lambda item: item[1], default=("", 0.0))
+        return f"document as a whole close ({name.strip()} {best:.2f})" if name else "document as a whole close"
+    if kind == HitKind.L1_RANK.value:
+        return "ranked above the first document at the evidence threshold"
+    if kind == HitKind.L1_SEMANTIC.value:
+        return f"meaning close ({_number(detail, 2)})"
+    if kind == HitKind.LEXICAL_BM25.value:
+        return f"same words (BM25 {_number(detail, 2)} of the best)"
+    if kind == HitKind.L0_TITLE_TERMS.value:
+        return f"{_percent(detail)} of the title's words in the query"
+    phrase = _PHRASES.get(kind)
+    return f"{phrase} {detail}" if phrase else reason
+
+
+_KIND_ORDER = (
+    HitKind.EXACT_MATCH,
+    HitKind.L0_KEYWORD,
+    HitKind.L0_TITLE,
+    HitKind.L0_TITLE_TERMS,
+    HitKind.L1_SEMANTIC,
+    HitKind.LEXICAL_BM25,
+    HitKind.L0_ENTITY,
+    HitKind.BREADCRUMB_MATCH,
+    HitKind.CONTENT_MATCH,
+    HitKind.L0_CATEGORY,
+    HitKind.L1_DOCUMENT,
+    HitKind.L1_RANK,
+)
+_PHRASES = {
+    HitKind.EXACT_MATCH.value: "exact identifier",
+    HitKind.L0_KEYWORD.value: "keyword",
+    HitKind.L0_TITLE.value: "title named:",
+    HitKind.L0_ENTITY.value: "names",
+    HitKind.L0_CATEGORY.value: "in category",
+    HitKind.BREADCRUMB_MATCH.value: "heading has",
+    HitKind.CONTENT_MATCH.value: "text has",
+}
+
+
+def _block_text(rank: int, block: EvidenceBlock, *, full: bool) -> list[str]:
+    """The block's title line, then its matched sections (``full``: its whole content)."""
+    lines = [f"[{rank}] {block.source}" + (f" - {block.title}" if block.title else "")]
+    sections: list[DocumentSection] = [s for s in block.sections if s.matched] if not full else []
+    if sections:
+        for section in sections:
+            lines += ["", f"  -- {section.breadcrumb or block.breadcrumb or block.source}", ""]
+            lines += _indent(section.content)
+        left = len(block.sections) - len(sections)
+        if left:
+            lines += ["", f"  ({left} other section(s) of this document not shown: --full shows them)"]
+        return lines
+    if block.breadcrumb and not full:
+        lines += [f"  -- {block.breadcrumb}"]
+    return [*lines, "", *_indent(block.content)]
+
+
+def _indent(text: str) -> list[str]:
+    return [textwrap.indent(line, "  ") if line.strip() else "" for line in text.strip("\n").splitlines()]
+
+
+def _columns(rows: list[list[str]], width: int | None) -> list[str]:
+    """Rows as left-aligned columns; the last column takes what is left (cut to ``width`` when given)."""
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]) - 1)]
+    lines = []
+    for row in rows:
+        line = "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False)) + "  " + row[-1]
+        lines.append(_cut(line.rstrip(), width) if width else line.rstrip())
+    return lines
+
+
+def _cut(text: str, limit: int | None) -> str:
+    if limit is None or len(text) <= limit:
+        return text
+    return text[: max(limit - 3, 1)] + "..."
+
+
+def _number(text: str, decimals: int) -> str:
+    try:
+        return f"{float(text):.{decimals}f}"
+    except ValueError:
+        return text
+
+
+def _percent(text: str) -> str:
+    try:
+        return f"{float(text):.0%}"
+    except ValueError:
+        return text

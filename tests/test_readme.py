@@ -1,0 +1,132 @@
+"""Every ```python block of the README runs as written against the demo's state, each in a fresh namespace.
+
+The blocks name ``.kb-state/demo`` (what ``make demo`` builds) and paths of the repository; they run from a working
+folder where ``.kb-state/demo`` is the sample KB ingested once per session (tests/conftest.py) and the repository's
+folders are at hand. A block that talks to ``kb-retrieval serve`` gets one, started on a copy of that state. The
+README's settings table is the one generated from kb_retrieval/config.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, SAMPLE_KB
+
+README = REPO / "README.md"
+BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
+SERVER = "127.0.0.1:8765"
+
+
+def python_blocks(text: str) -> list[str]:
+    """The code of every ```python block, in order."""
+    return [match.group(1) for match in BLOCK.finditer(text)]
+
+
+BLOCKS = python_blocks(README.read_text(encoding="utf-8"))
+
+
+@pytest.mark.unit
+def test_the_readme_has_python_blocks_and_no_top_level_await():
+    assert len(BLOCKS) >= 4
+    for code in BLOCKS:
+        compile(code, "README.md", "exec")  # top-level await is a SyntaxError here
+        assert "await " not in code or "async def" in code
+
+
+@pytest.mark.unit
+def test_the_readme_keeps_its_two_commands_and_the_generated_settings_table():
+    from kb_retrieval.settings_table import SECTIONS, render
+
+    text = README.read_text(encoding="utf-8")
+    assert "make demo" in text and "make test" in text
+    start, end = SECTIONS["settings"]
+    assert text.split(start, 1)[1].split(end, 1)[0].strip() == render("settings"), (
+        "regenerate: python -m kb_retrieval.settings_table README.md docs/configuration.md"
+    )
+    docs = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
+    start, end = SECTIONS["scoring"]
+    assert docs.split(start, 1)[1].split(end, 1)[0].strip() == render("scoring")
+
+
+@pytest.mark.unit
+def test_the_settings_table_lists_every_setting():
+    from kb_retrieval.config import KBSettings, ScoringSettings
+    from kb_retrieval.settings_table import render
+
+    table = render("settings") + render("scoring")
+    for name in KBSettings.model_fields:
+        assert f"`KB_{name.upper()}" in table
+    for name in ScoringSettings.model_fields:
+        assert f"`KB_SCORING__{name.upper()}`" in table
+
+
+@pytest.fixture(scope="session")
+def readme_workdir(embed_model, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder laid out like the repository after ``make demo``: ``.kb-state/demo`` holds the sample KB, ingested
+    here under the very path the blocks name (Milvus Lite opens a data dir once per process, by its path)."""
+    from kb_retrieval.config import KBSettings
+    from kb_retrieval.indexing.ingest import ingest
+
+    work = tmp_path_factory.mktemp("readme")
+    for name in ("kb_retrieval", "golden", "notebooks"):
+        (work / name).symlink_to(REPO / name, target_is_directory=True)
+    before = Path.cwd()
+    os.chdir(work)
+    try:
+        ingest([SAMPLE_KB], KBSettings(state_dir=Path(".kb-state/demo")), embed_model=embed_model)
+    finally:
+        os.chdir(before)
+    return work
+
+
+@pytest.fixture(scope="session")
+def demo_server(sample_settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``kb-retrieval serve`` on a copy of the demo state, at the address the README names."""
+    from kb_retrieval.cli import build_parser
+
+    commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    if "serve" not in commands:
+        pytest.fail("a README block needs `kb-retrieval serve`, which this build has no command for")
+    state = tmp_path_factory.mktemp("serve") / "demo"
+    shutil.copytree(sample_settings.state_dir, state, ignore=shutil.ignore_patterns("*.lock"))
+    script = Path(sys.executable).parent / "kb-retrieval"
+    process = subprocess.Popen(
+        [str(script), "serve", "--state-dir", str(state), "--port", SERVER.split(":")[1]],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+    )
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            socket.create_connection(tuple(SERVER.split(":")), timeout=1).close()  # type: ignore[arg-type]
+            break
+        except OSError:
+            time.sleep(1)
+    if process.poll() is not None:
+        pytest.fail(f"kb-retrieval serve ended: {process.stderr.read().decode() if process.stderr else ''}")
+    yield SERVER
+    process.terminate()
+    process.wait(timeout=60)
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("index", range(len(BLOCKS)), ids=[f"block{i + 1}" for i in range(len(BLOCKS))])
+def test_readme_python_block_runs_as_written(index, readme_workdir, request, monkeypatch, capsys):
+    code = BLOCKS[index]
+    if SERVER in code:
+        request.getfixturevalue("demo_server")
+    monkeypatch.chdir(readme_workdir)
+    namespace: dict[str, object] = {"__name__": "__readme__"}
+    exec(compile(code, f"README.md python block {index + 1}", "exec"), namespace)
+    assert capsys.readouterr().out.strip(), "the block printed nothing: a reader would not see it work"
