@@ -35,7 +35,7 @@ def test_sample_kb_fixtures_are_current(sample_lookup, tmp_path, monkeypatch):
 
 
 @pytest.mark.timeout(1800)
-def test_compare_report_is_current(runbooks_lookup, embed_model, tmp_path, monkeypatch):
+def test_compare_report_is_current(runbooks_lookup, tmp_path, monkeypatch):
     """`compare` on a fresh ingest of the runbooks corpus (mode auto, sidecar on) gives the committed report."""
     from kb_retrieval.engine import KnowledgeLookup
     from sidecar.comparison import run_comparison
@@ -45,7 +45,7 @@ def test_compare_report_is_current(runbooks_lookup, embed_model, tmp_path, monke
     assert golden.is_file(), f"the shared golden set is missing at {golden}"
     monkeypatch.chdir(REPO)  # the report names the golden file as `make baselines` gives it
     settings = runbooks_lookup.settings.model_copy(update={"vector_store_mode": "auto", "sidecar_enabled": True})
-    lookup = KnowledgeLookup(settings, embed_model=embed_model)
+    lookup = KnowledgeLookup(settings)  # queries embedded as `kb-retrieval compare` embeds them (ONNX)
     try:
         report = run_comparison("../shared/golden/runbooks-alerts-dev.jsonl", lookup, 5)
     finally:
