@@ -32,10 +32,12 @@ def test_a_question_in_own_words_finds_the_runbook_ranked_as_a_whole(runbooks_lo
     assert any(reason.startswith("l1_document:title ") for reason in top.hit_reasons)
     entry = result.rerank_trace.entries[0]
     assert entry.final_score == pytest.approx(sum(entry.ranking.values()), abs=1e-5)
-    # The same pipeline ranking by best chunks puts a sibling runbook first.
+    # The same pipeline ranking by best chunks puts a sibling runbook first (the right one lower; for "alertmanager
+    # instances are gone" it is not in that ranking at all here, on main before this session's changes too).
     _, ranking = runbooks_lookup.with_settings(document_ranking=False).lookup_ranked(question)
     sources = [c.source for c in ranking]
-    assert RUNBOOKS + expected in sources[1:]  # a candidate, only lower
+    assert sources[0] != RUNBOOKS + expected
+    assert sources[0].startswith(RUNBOOKS + expected.split("/")[0] + "/")  # a sibling of the same folder
 
 
 def test_the_agent_reads_the_ranking_first_document_first(runbooks_lookup):
