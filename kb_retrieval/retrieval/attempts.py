@@ -1,8 +1,9 @@
 """L1 attempts: the filtered attempt, and the unfiltered retry when it is empty, without evidence or weak.
 
 One attempt is: the hybrid search (dense + lexical, scored by Milvus) -> the node postprocessors (rerank, dedupe,
-...) -> evidence blocks. A failed search is a failed attempt (``outcome = "error"``), never an exception; an attempt
-that would start after the lookup's deadline is ``skipped``.
+...) -> evidence blocks. A failed search is a failed attempt (``outcome = "error"``), never an exception; so is an
+unfiltered search answering nothing from a collection known to hold documents (a server still loading after a
+restart); an attempt that would start after the lookup's deadline is ``skipped``.
 """
 
 from __future__ import annotations
@@ -51,8 +52,13 @@ class L1Outcome:
 
     @property
     def unavailable(self) -> bool:
-        """No attempt could search Milvus: an outage, not an empty answer."""
-        return bool(self.attempts) and all(a.trace.outcome in ("error", "skipped") for a in self.attempts)
+        """The knowledge base as a whole was never searched: no attempt returned a candidate and no unfiltered
+        attempt completed (each failed or was skipped). An outage, not an empty answer."""
+        return (
+            bool(self.attempts)
+            and not any(a.trace.candidate_count for a in self.attempts)
+            and all(a.trace.filtered or a.trace.outcome in ("error", "skipped") for a in self.attempts)
+        )
 
 
 class AttemptRunner:
@@ -65,16 +71,29 @@ class AttemptRunner:
         self.postprocessors = list(postprocessors)
         self.settings = settings
 
-    def run(self, query: LookupQuery, embedding: list[float], deadline: Deadline, clock: StageClock) -> L1Outcome:
+    def run(
+        self,
+        query: LookupQuery,
+        embedding: list[float],
+        deadline: Deadline,
+        clock: StageClock,
+        *,
+        known_documents: int = 0,
+    ) -> L1Outcome:
+        """The attempts of one lookup. ``known_documents``: how many documents the lookup's state says the
+        collection holds (0: unknown); an unfiltered search that answers no candidates then is a failed search
+        (a server still loading after a restart, a released collection), not an empty knowledge base."""
         category = query.category_filter
         outcome = L1Outcome()
-        first = self.attempt(1, query, embedding, category, deadline, clock)
+        first = self.attempt(1, query, embedding, category, deadline, clock, known_documents=known_documents)
         outcome.attempts.append(first)
         if category and first.trace.outcome != "ok":
             outcome.fallback_reason = (
                 "filtered_vector_low_quality" if first.trace.outcome == "low_quality" else "filtered_vector_no_evidence"
             )
-            outcome.attempts.append(self.attempt(2, query, embedding, None, deadline, clock))
+            outcome.attempts.append(
+                self.attempt(2, query, embedding, None, deadline, clock, known_documents=known_documents)
+            )
         return outcome
 
     @dispatcher.span
@@ -86,6 +105,8 @@ class AttemptRunner:
         category: str | None,
         deadline: Deadline,
         clock: StageClock,
+        *,
+        known_documents: int = 0,
     ) -> AttemptResult:
         settings = self.settings
         trace = RetrievalAttempt(
@@ -116,6 +137,17 @@ class AttemptRunner:
             trace.outcome = "error"
             trace.error = f"{type(exc).__name__}: {str(exc)[:500]}"
             trace.elapsed_ms = round((time.perf_counter() - t0) * 1000, 3)
+            return AttemptResult(trace)
+        if not search.candidates and category is None and known_documents:
+            trace.outcome = "error"  # Milvus answered, but not from the rows it holds: not an empty answer
+            trace.error = (
+                f"the unfiltered search answered no candidates although the collection holds {known_documents} "
+                "documents (still loading after a restart, or released?)"
+            )
+            trace.path = search.path
+            trace.milvus_calls = search.milvus_calls
+            trace.elapsed_ms = round((time.perf_counter() - t0) * 1000, 3)
+            log.warning("L1 attempt %d: %s", number, trace.error)
             return AttemptResult(trace)
         trace.lexical_mode = search.lexical_mode
         trace.lexical_count = search.lexical_count
