@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from pymilvus import MilvusClient
 
 from kb_retrieval.beside import BesideRun, BesideRunner, disabled_entry, load_runner
 from kb_retrieval.config import KBSettings
+from kb_retrieval.freshness import FreshnessCheck
 from kb_retrieval.indexing.doc_vectors import DocumentVectors
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.indexing.index_version import index_version
@@ -127,8 +127,8 @@ class KnowledgeLookup:
         if lexical_reason:
             self.features_off["milvus_bm25"] = lexical_reason
         self.sections = SectionStore(self.client, self.settings)
-        self._refresh_lock = threading.Lock()
         self._load_state()
+        self._freshness = FreshnessCheck(self._reload_if_changed, self.settings.freshness_check_s)
         self.traces = trace_store or TraceStore.from_settings(self.settings)
         # The comparison runner (the sidecar) is known only through the protocol in kb_retrieval.beside.
         self.beside = beside
@@ -160,7 +160,6 @@ class KnowledgeLookup:
         self.index_version, self.l0_off_reason = index.index_version, index.off_reason
         self.l0, self.lexical, self.exact, self.doc_vectors = l0, lexical, exact, doc_vectors
         self.memory = memory
-        self._checked_at = time.monotonic()
         if not hasattr(self, "attempts"):
             self._assemble()
             return
@@ -191,25 +190,28 @@ class KnowledgeLookup:
             self.plan, self.plan_reason = "milvus", str(exc)
             return None
 
-    def refresh(self, *, force: bool = False) -> bool:
+    def refresh(self, *, force: bool = False, deadline: Deadline | None = None) -> bool:
         """Reload the L0 index and BM25 when another process's ingest changed the index version (checked at most
-        every ``freshness_check_s``); True when reloaded. Never raises: when Milvus cannot be read, the lookup goes
-        on with the state it has (its search then reports the outage) and the next check tries again."""
-        if not force and time.monotonic() - self._checked_at < self.settings.freshness_check_s:
-            return False
-        with self._refresh_lock:
-            self._checked_at = time.monotonic()
-            try:
-                current = index_version(self.client, self.settings)
-                # '' is also what an unreadable meta collection gives: not a reason to drop a state we have.
-                if not force and (current == self.index_version or (not current and self.index_version)):
-                    return False
-                log.info("index version changed (%s -> %s): reloading the retrieval state", self.index_version, current)
-                self._load_state()
-            except Exception as exc:
-                log.warning("refreshing the retrieval state failed (kept the previous one): %s", exc)
+        every ``freshness_check_s``, off the request path: a lookup waits for the check at most half of what is left
+        of its ``deadline``, see :mod:`kb_retrieval.freshness`); True when reloaded. Never raises: when Milvus cannot
+        be read, the lookup goes on with the state it has (its search then reports the outage) and the next check
+        tries again. ``force``: check now and wait for it."""
+        return self._freshness.run(deadline=deadline, force=force)
+
+    def _reload_if_changed(self, force: bool = False) -> bool:
+        """The freshness check: the index version (within ``milvus_timeout_s``), and a reload when it changed
+        (``force``: whatever it is)."""
+        try:
+            current = index_version(self.client, self.settings, timeout=self.settings.milvus_timeout_s)
+            # '' is also what an unreadable meta collection gives: not a reason to drop a state we have.
+            if not force and (current == self.index_version or (not current and self.index_version)):
                 return False
-            return True
+            log.info("index version changed (%s -> %s): reloading the retrieval state", self.index_version, current)
+            self._load_state()
+        except Exception as exc:
+            log.warning("refreshing the retrieval state failed (kept the previous one): %s", exc)
+            return False
+        return True
 
     def _assemble(self) -> None:
         """The parts that read the settings: the L1 retrievers and the postprocessor chain."""
@@ -270,6 +272,7 @@ class KnowledgeLookup:
         clone.settings = self.settings.model_copy(update=overrides)
         KBSettings.model_validate(clone.settings.model_dump())  # overrides are validated like any setting
         clone._assemble()
+        clone._freshness = FreshnessCheck(clone._reload_if_changed, clone.settings.freshness_check_s)
         return clone
 
     # --- the pipeline ---------------------------------------------------------------------------------
@@ -300,7 +303,7 @@ class KnowledgeLookup:
         deadline = Deadline.after(self.settings.lookup_timeout_s)
         clock = StageClock()  # every part of the lookup is under one of its stages: they add up to elapsed_ms
         with clock("refresh"):
-            self.refresh()
+            self.refresh(deadline=deadline)
         with clock("beside"):
             job = self.beside.start(query) if self.beside else None  # runs beside from here; never changes the result
 
@@ -327,7 +330,7 @@ class KnowledgeLookup:
                 category_filter=transform.category_filter,
                 scope=scope,
             )
-            l1 = attempts.run(bundle, embedding, deadline, clock)
+            l1 = attempts.run(bundle, embedding, deadline, clock, known_documents=len(l0.index.documents))
         selected = l1.selected
         with clock("pack"):
             pack = pack_context(

@@ -55,7 +55,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from sqlalchemy.pool import StaticPool
 
 from kb_retrieval.beside import disabled_entry
-from kb_retrieval.config import Settings, mask_secrets
+from kb_retrieval.config import Settings, mask_secrets, url_secrets
 from kb_retrieval.models import LookupResult
 
 log = logging.getLogger(__name__)
@@ -354,7 +354,10 @@ class TraceStore:
             failures = self.failures
             self.last_error = message
         log.error(
-            "trace store %s: could not record lookup (%d failures so far): %s", self._safe_url(), failures, message
+            "trace store %s: could not record lookup (%d failures so far): %s",
+            self._safe_url(),
+            failures,
+            mask_secrets(message, url_secrets(self.url)),
         )
 
     def _start_writers(self) -> None:
@@ -432,7 +435,8 @@ class TraceStore:
         return self._lock if self._is_sqlite else contextlib.nullcontext()
 
     def _safe_url(self) -> str:
-        return mask_secrets(self.url)
+        """The URL as logs show it: its password and secret query parameters masked (a password may hold spaces)."""
+        return mask_secrets(self.url, url_secrets(self.url))
 
     def close(self) -> None:
         """Write the queued rows (while the database takes them: a database that takes none for ``timeout_s`` +

@@ -373,3 +373,56 @@ def test_unusable_state_dir_and_queries_path_are_one_line_errors(kb, tmp_path, c
     assert code == 2 and out == "" and "Not a directory" in err and "Traceback" not in err
     code, _, err = run(capsys, "lookup", "--queries", str(tmp_path), "--state-dir", str(tmp_path / "s"))
     assert code == 2 and f"queries file is not a file: {tmp_path}" in err
+
+
+# --- issue 23 item 5: every URL form masked, by parsing the URL --------------------------------------------------
+
+MILVUS_URL_FORMS = {
+    "space in the password": ("http://root:pa ss-S1@127.0.0.1:1", "pa ss-S1", "http://root:***@127.0.0.1:1"),
+    "token parameter": ("http://127.0.0.1:1/?token=TOK-S2", "TOK-S2", "http://127.0.0.1:1/?token=***"),
+    "api_key parameter": ("http://127.0.0.1:1?API_KEY=KEY-S3&db_name=x", "KEY-S3", "?API_KEY=***&db_name=x"),
+    "percent-encoded password": ("http://root:p%40ss-S4@127.0.0.1:1", "ss-S4", "http://root:***@127.0.0.1:1"),
+}
+
+
+@pytest.mark.parametrize("form", sorted(MILVUS_URL_FORMS))
+def test_every_milvus_uri_form_is_masked_by_stats(tmp_path, capsys, caplog, form):
+    uri, secret, shown = MILVUS_URL_FORMS[form]
+    code, out, err = run(capsys, "stats", "--uri", uri, "--state-dir", str(tmp_path))
+    assert code == 2 and "Traceback" not in err and shown in err, err
+    assert secret not in out + err + caplog.text
+
+
+TRACE_URL_FORMS = {
+    "password parameter": (
+        "postgresql+psycopg://kb@127.0.0.1:1/nodb?password=PW-Q1",
+        "PW-Q1",
+        "postgresql+psycopg://kb@127.0.0.1:1/nodb?password=***",
+    ),
+    "space in the password": (
+        "postgresql+psycopg://kb:my pass-Q2@127.0.0.1:1/traces",
+        "pass-Q2",
+        "postgresql+psycopg://kb:***@127.0.0.1:1/traces",
+    ),
+    "secret parameter": (
+        "postgresql+psycopg://kb@127.0.0.1:1/t?sslmode=disable&client_secret=SEC-Q3",
+        "SEC-Q3",
+        "?sslmode=disable&client_secret=***",
+    ),
+}
+
+
+@pytest.mark.parametrize("form", sorted(TRACE_URL_FORMS))
+def test_every_trace_url_form_is_masked_in_output_and_the_trace_store_error_log(
+    sample_settings, capsys, caplog, monkeypatch, form
+):
+    """The trace database is unreachable: its error log line and the demo's summary name it, masked."""
+    url, secret, shown = TRACE_URL_FORMS[form]
+    monkeypatch.setenv("KB_TRACE_DB_URL", url)
+    monkeypatch.setenv("KB_TRACE_TIMEOUT_S", "0.5")
+    state = str(sample_settings.state_dir)
+    code, out, err = run(capsys, "demo", "disk full on a node", "--state-dir", state, "--mode", "sdk")
+    assert code == 0 and shown in out, out
+    logged = [r.getMessage() for r in caplog.records if r.name == "kb_retrieval.traces"]
+    assert logged and all(shown in line for line in logged if line.startswith("trace store")), logged
+    assert secret not in out + err + caplog.text

@@ -162,9 +162,9 @@ def test_agent_text_derives_from_evidence_and_pack(sample_lookup):
 
     result = sample_lookup.lookup(ALERT)
     text = agent_text(result)
-    assert result.context_pack.text in text
-    for block in result.context_pack.blocks:
-        assert f"source: {block.source}" in text
+    for block in result.context_pack.blocks:  # each packed block, fenced (issue 23 item 7)
+        assert f"source: {block.source}" in text and f"---\n{block.content}\n" in text
+    assert text == agent_text(result.model_copy(deep=True))  # deterministic: fixtures and reports stay stable
 
 
 # --- dedupe and counts ---------------------------------------------------------------------------------------------

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -20,6 +22,65 @@ class GoldenCaseError(EvaluationInputError):
 
 class FixtureError(EvaluationInputError):
     """A fixture file is malformed or does not belong to the case it is named after."""
+
+
+#: Nesting of JSON arrays and objects at most (a fixture nests a handful of levels; Python's decoder fails near 1,000).
+MAX_JSON_DEPTH = 200
+
+
+#: A location that already names its line (``golden.jsonl:7``).
+_NAMES_LINE = re.compile(r":\d+$")
+
+
+def nesting_depth(text: str) -> tuple[int, int, int]:
+    """The deepest nesting of arrays and objects in JSON ``text`` (brackets inside strings not counted), and the
+    1-based line and column where it first passes :data:`MAX_JSON_DEPTH` (else where it peaks).
+
+    Example:
+        >>> nesting_depth('{"a": [1, "]]"]}')
+        (2, 1, 7)
+    """
+    depth = deepest = 0
+    line = deepest_line = deepest_column = 1
+    line_start = 0
+    in_string = escaped = False
+    for index, char in enumerate(text):
+        if char == "\n":
+            line += 1
+            line_start = index + 1
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > deepest:
+                deepest, deepest_line, deepest_column = depth, line, index - line_start + 1
+                if depth > MAX_JSON_DEPTH:
+                    break
+        elif char in "]}":
+            depth -= 1
+    return deepest, deepest_line, deepest_column
+
+
+def read_text(path: Path, error_type: type[EvaluationInputError]) -> str:
+    """The UTF-8 text of an evaluation input (a BOM is dropped); bytes that are not UTF-8 raise ``error_type``
+    naming the file and the line, e.g. ``golden.jsonl:1: not UTF-8 text (byte 0xff at offset 0; UTF-16?)``."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        utf16 = " UTF-16?" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else ""
+        raise error_type(
+            f"{path}:{line}: not UTF-8 text (byte 0x{data[error.start]:02x} at offset {error.start};{utf16} "
+            "save it as UTF-8)"
+        ) from None
 
 
 def describe_validation_error(error: ValidationError) -> str:
@@ -52,6 +113,10 @@ def parse_json_object(text: str, model: type[Model], where: str, error_type: typ
     Returns:
         The validated model.
     """
+    depth, line, column = nesting_depth(text)
+    if depth > MAX_JSON_DEPTH:  # the decoder recurses per level: a RecursionError, not an error message
+        position = f"column {column}" if _NAMES_LINE.search(where) else f"line {line}, column {column}"
+        raise error_type(f"{where}: invalid JSON: nested deeper than {MAX_JSON_DEPTH} levels ({position})")
     try:
         data: Any = json.loads(text)
     except json.JSONDecodeError as error:

@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from kb_retrieval.evaluation.errors import FixtureError, parse_json_object
+from kb_retrieval.evaluation.errors import FixtureError, parse_json_object, read_text
 
 
 class FixtureCandidate(BaseModel):
@@ -233,7 +233,7 @@ def load_fixture(directory: str | Path, case_id: str) -> Fixture | None:
     """
     path = Path(directory) / fixture_filename(case_id)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path, FixtureError)
     except FileNotFoundError:
         return None
     fixture = parse_json_object(text, Fixture, str(path), FixtureError)

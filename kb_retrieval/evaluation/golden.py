@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from kb_retrieval.evaluation.errors import GoldenCaseError, parse_json_object
+from kb_retrieval.evaluation.errors import GoldenCaseError, parse_json_object, read_text
 
 #: Relevance grade of a document listed in ``expected_docs`` (used for nDCG).
 EXPECTED_RELEVANCE = 2
@@ -146,23 +146,27 @@ def load_golden(path: str | Path) -> list[GoldenCase]:
         The cases in file order.
 
     Raises:
-        GoldenCaseError: A line is not a JSON object, a field is missing or invalid, or a case id repeats.
+        GoldenCaseError: The file is not UTF-8 or holds no case, a line is not a JSON object, a field is missing
+            or invalid, or a case id repeats.
         OSError: The file cannot be read.
     """
     path = Path(path)
     cases: list[GoldenCase] = []
     first_line_of: dict[str, int] = {}
-    with path.open(encoding="utf-8-sig") as lines:
-        for line_number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{line_number}"
-            case = parse_json_object(line, GoldenCase, where, GoldenCaseError)
-            if case.case_id in first_line_of:
-                raise GoldenCaseError(
-                    f"{where}: field 'case_id': duplicate case_id {case.case_id!r} "
-                    f"(first defined on line {first_line_of[case.case_id]})"
-                )
-            first_line_of[case.case_id] = line_number
-            cases.append(case)
+    text = read_text(path, GoldenCaseError)
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")  # as open() reads lines; not splitlines():
+    for line_number, line in enumerate(lines, start=1):  # JSON strings may hold U+2028 unescaped
+        if not line.strip():
+            continue
+        where = f"{path}:{line_number}"
+        case = parse_json_object(line, GoldenCase, where, GoldenCaseError)
+        if case.case_id in first_line_of:
+            raise GoldenCaseError(
+                f"{where}: field 'case_id': duplicate case_id {case.case_id!r} "
+                f"(first defined on line {first_line_of[case.case_id]})"
+            )
+        first_line_of[case.case_id] = line_number
+        cases.append(case)
+    if not cases:  # scoring nothing would pass every threshold
+        raise GoldenCaseError(f"{path}: no golden case in it (the file is empty)")
     return cases

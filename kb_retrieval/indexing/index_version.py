@@ -57,10 +57,11 @@ def ensure_meta_collection(client: MilvusClient, settings: Settings) -> str:
     return name
 
 
-def index_version(client: MilvusClient, settings: Settings) -> str:
+def index_version(client: MilvusClient, settings: Settings, *, timeout: float | None = None) -> str:
     """The current index version of ``settings.collection``; ``''`` when no kb-retrieval ingest has written one.
 
     One call per check once the meta collection is known (the first check per client also finds and loads it).
+    ``timeout`` bounds each Milvus call (a hung server raises ``MilvusException`` instead of blocking).
     Eventual consistency: on a server a new version shows within the server's time tick (~0.2 s). Reload what
     depends on it with the default (session) consistency or stronger.
     """
@@ -68,13 +69,15 @@ def index_version(client: MilvusClient, settings: Settings) -> str:
     with _READY_LOCK:
         ready = name in _READY.get(client, set())
     if not ready:
-        if not client.has_collection(name):
+        if not client.has_collection(name, timeout=timeout):
             return ""
-        client.load_collection(name)
+        client.load_collection(name, timeout=timeout)
         with _READY_LOCK:
             _READY.setdefault(client, set()).add(name)
     try:
-        rows = client.get(name, ids=[VERSION_KEY], output_fields=["value"], consistency_level="Eventually")
+        rows = client.get(
+            name, ids=[VERSION_KEY], output_fields=["value"], consistency_level="Eventually", timeout=timeout
+        )
     except MilvusException:
         with _READY_LOCK:
             _READY.get(client, set()).discard(name)  # dropped or released meanwhile: find it again next time

@@ -5,8 +5,9 @@ are understood; other keys are kept as metadata. Missing fields are derived: the
 file name; the category from the folder (``category_from``); keywords from the title, CamelCase identifiers of the
 file name and title (alert names), and the headings.
 
-A file that cannot be used (binary, unreadable, empty, broken frontmatter, too large, a symlink leaving the root)
-is skipped with a reason; the rest of the knowledge base still loads.
+A file that cannot be used (binary, unreadable, empty, broken frontmatter, too large, frontmatter that expands past
+its bounds through YAML aliases, a symlink leaving the root) is skipped with a reason; the rest of the knowledge
+base still loads.
 
 Example:
     >>> kb = load_knowledge_base("kb_retrieval/sample_kb")  # doctest: +SKIP
@@ -36,6 +37,12 @@ log = logging.getLogger(__name__)
 MARKDOWN_SUFFIXES = (".md", ".markdown")
 #: Bumped whenever the rows written for an unchanged file change (2: breadcrumbs start at the opening H1).
 ROWS_VERSION = 2
+#: Frontmatter values (scalars, lists, mappings) at most, aliases expanded: far above any real document's.
+MAX_FRONTMATTER_VALUES = 10_000
+#: Nesting of ``[...]`` / ``{...}`` in frontmatter at most (PyYAML: 0.24 s at 400 levels, 1.2 s at 1,000).
+MAX_FRONTMATTER_DEPTH = 64
+#: The frontmatter every chunk row of a document carries (title, keywords, entities, other keys) at most, as JSON.
+MAX_METADATA_BYTES = 32_768
 _CAMEL_ID = re.compile(r"\b[A-Z][a-z0-9]+(?:[A-Z][A-Za-z0-9]*)+\b")
 
 
@@ -43,6 +50,9 @@ SYMLINKED_FOLDER_REASON = (
     "refused: a symlinked folder is not followed (its files would be read twice or from outside the root); "
     "ingest its target as a knowledge-base folder of its own"
 )
+
+
+HIDDEN_FILE_REASON = "refused: a hidden file (its name starts with '.'); rename it to ingest it"
 
 
 class KnowledgeBaseError(ValueError):
@@ -100,11 +110,15 @@ def load_knowledge_base(
 
     documents: list[KbDocument] = []
     skipped: list[SkippedFile] = []
-    files, linked_folders = _markdown_files(root_path)
+    files, linked_folders, hidden = _markdown_files(root_path)
     for folder in linked_folders:
         source_id = folder.relative_to(root_path).as_posix() + "/"
         log.warning("skipped %s: %s", source_id, SYMLINKED_FOLDER_REASON)
         skipped.append(SkippedFile(source_id, SYMLINKED_FOLDER_REASON))
+    for path in hidden:  # told, not dropped silently: `..md` looks like a runbook, and `.draft.md` may be meant
+        source_id = path.relative_to(root_path).as_posix()
+        log.warning("skipped %s: %s", source_id, HIDDEN_FILE_REASON)
+        skipped.append(SkippedFile(source_id, HIDDEN_FILE_REASON))
     for path in files:
         source_id = path.relative_to(root_path).as_posix()
         try:
@@ -123,22 +137,22 @@ class _Skip(Exception):
         self.reason = reason
 
 
-def _markdown_files(root: Path) -> tuple[list[Path], list[Path]]:
-    """The Markdown files under ``root`` in path order, and the symlinked folders that were not walked."""
+def _markdown_files(root: Path) -> tuple[list[Path], list[Path], list[Path]]:
+    """The Markdown files under ``root`` in path order, the symlinked folders that were not walked, and the hidden
+    Markdown files (a name starting with '.') in the folders walked."""
     found: list[Path] = []
     linked: list[Path] = []
+    hidden: list[Path] = []
     # followlinks=False: a symlinked folder is not walked (reported instead); symlinked files are checked in
     # _load_document.
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         visible = sorted(d for d in dirnames if not d.startswith("."))
         linked.extend(Path(dirpath) / d for d in visible if os.path.islink(os.path.join(dirpath, d)))
         dirnames[:] = visible
-        found.extend(
-            Path(dirpath) / name
-            for name in filenames
-            if not name.startswith(".") and name.lower().endswith(MARKDOWN_SUFFIXES)
-        )
-    return sorted(found, key=lambda p: p.relative_to(root).as_posix()), sorted(linked)
+        for name in filenames:
+            if name.lower().endswith(MARKDOWN_SUFFIXES):
+                (hidden if name.startswith(".") else found).append(Path(dirpath) / name)
+    return sorted(found, key=lambda p: p.relative_to(root).as_posix()), sorted(linked), sorted(hidden)
 
 
 def _load_document(path: Path, source_id: str, real_root: Path, category_from: str, max_file_bytes: int) -> KbDocument:
@@ -181,6 +195,10 @@ def _load_document(path: Path, source_id: str, real_root: Path, category_from: s
     # Everything a row stores about its document: a change in how fields are derived rewrites the rows too, and so
     # does a new ROWS_VERSION (how a document becomes rows: chunking, breadcrumbs), so an upgrade re-ingests.
     derived = json.dumps([ROWS_VERSION, category, title, keywords, entities], ensure_ascii=False).encode()
+    metadata = _json_metadata(frontmatter)
+    stored = len(derived) + len(json.dumps(metadata, ensure_ascii=False).encode())
+    if stored > MAX_METADATA_BYTES:  # every chunk row holds a copy
+        raise _Skip(f"refused: the frontmatter is {stored} bytes as JSON, over the {MAX_METADATA_BYTES}-byte limit")
     digest = hashlib.sha256(raw + b"\x00" + derived).hexdigest()
     return KbDocument(
         source_id=source_id,
@@ -191,7 +209,7 @@ def _load_document(path: Path, source_id: str, real_root: Path, category_from: s
         headings=[h for _, h in headings],
         body=body,
         content_hash=digest,
-        metadata=_json_metadata(frontmatter),
+        metadata=metadata,
     )
 
 
@@ -203,18 +221,76 @@ def _split_frontmatter(text: str) -> tuple[dict[str, Any], str]:
         if lines[i].strip() in ("---", "..."):
             block = "".join(lines[1:i])
             try:
-                data = yaml.safe_load(block) if block.strip() else {}
+                data = _safe_yaml(block) if block.strip() else {}
             except yaml.YAMLError as exc:
                 mark = getattr(exc, "problem_mark", None)
                 where = f" at line {mark.line + 2}" if mark is not None else ""
                 problem = getattr(exc, "problem", None) or "invalid YAML"
                 raise _Skip(f"broken frontmatter{where}: {problem}") from exc
+            except RecursionError:  # PyYAML composes nested collections recursively
+                raise _Skip("broken frontmatter: collections nested too deeply") from None
             if data is None:
                 data = {}
             if not isinstance(data, dict):
                 raise _Skip(f"broken frontmatter: expected a mapping, got {type(data).__name__}")
             return {str(k): v for k, v in data.items()}, "".join(lines[i + 1 :])
     raise _Skip("broken frontmatter: opening '---' is never closed")
+
+
+def _safe_yaml(block: str) -> Any:
+    """``yaml.safe_load`` of a frontmatter block, refusing one whose aliases expand it past
+    :data:`MAX_FRONTMATTER_VALUES` values (an alias bomb: 425 bytes of nested aliases expand to 9^9 values).
+
+    The node graph is composed first (aliases are shared nodes there, so this is as small as the text) and its
+    expanded size counted before any Python value is built.
+    """
+    depth = deepest = 0
+    for char in block:  # brackets in quoted strings count too: a real frontmatter is nowhere near the limit
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    if deepest > MAX_FRONTMATTER_DEPTH:  # PyYAML parses nested flow collections in quadratic time
+        raise _Skip(f"broken frontmatter: collections nested deeper than {MAX_FRONTMATTER_DEPTH} levels")
+    loader = yaml.SafeLoader(block)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        values = _expanded_size(node, {})
+        if values > MAX_FRONTMATTER_VALUES:
+            raise _Skip(
+                f"refused: the frontmatter expands to over {MAX_FRONTMATTER_VALUES} values through YAML aliases "
+                "(an alias bomb?)"
+            )
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _expanded_size(node: yaml.Node, seen: dict[int, int]) -> int:
+    """How many values ``node`` stands for once every alias is expanded (memoised per shared node, so linear in the
+    graph; a recursive alias counts as over the limit)."""
+    key = id(node)
+    if key in seen:
+        if seen[key] < 0:  # a node holding itself: endless once expanded
+            return MAX_FRONTMATTER_VALUES + 1
+        return seen[key]
+    seen[key] = -1
+    total = 1
+    if isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            total += _expanded_size(item, seen)
+            if total > MAX_FRONTMATTER_VALUES:
+                break
+    elif isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            total += _expanded_size(k, seen) + _expanded_size(v, seen)
+            if total > MAX_FRONTMATTER_VALUES:
+                break
+    seen[key] = total
+    return total
 
 
 def _headings(body: str) -> list[tuple[int, str]]:

@@ -10,7 +10,9 @@ _TOKEN = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 _FENCE = re.compile(r"^\s*(```|~~~)")
-_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
+#: The opening of an ATX heading: 1-6 hashes, then whitespace. The rest of the line is trimmed in plain code: the
+#: one-regex form ``^(#{1,6})\s+(.+?)\s*#*\s*$`` backtracks quadratically on a long run of spaces.
+_HEADING_OPEN = re.compile(r"(#{1,6})(\s+)")
 
 
 def count_tokens(text: str) -> int:
@@ -51,8 +53,16 @@ def heading(line: str) -> tuple[int, str] | None:
 
     Callers skip lines inside code fences (see :func:`is_fence`).
     """
-    match = _HEADING.match(line)
-    return (len(match.group(1)), match.group(2).strip()) if match else None
+    match = _HEADING_OPEN.match(line)
+    if match is None:
+        return None
+    rest = line[match.end() :]
+    if not rest:  # the regex form takes the last whitespace character as the (then blank) heading text
+        return (len(match.group(1)), "") if len(match.group(2)) > 1 else None
+    # The closing sequence: trailing whitespace, then hashes, then whitespace, all dropped; at least one character
+    # of text stays (``# #`` is the heading ``#``), as in CommonMark's optional closing hashes.
+    text = rest.rstrip().rstrip("#").rstrip() or rest[0]
+    return len(match.group(1)), text.strip()
 
 
 def truncate_to_tokens(text: str, max_tokens: int) -> str:

@@ -1,8 +1,9 @@
 """L1 attempts: the filtered attempt, and the unfiltered retry when it is empty, without evidence or weak.
 
 One attempt is: the hybrid search (dense + lexical, scored by Milvus) -> the node postprocessors (rerank, dedupe,
-...) -> evidence blocks. A failed search is a failed attempt (``outcome = "error"``), never an exception; an attempt
-that would start after the lookup's deadline is ``skipped``.
+...) -> evidence blocks. A failed search is a failed attempt (``outcome = "error"``), never an exception; so is an
+unfiltered search answering nothing from a collection known to hold documents (a server still loading after a
+restart); an attempt that would start after the lookup's deadline is ``skipped``.
 """
 
 from __future__ import annotations
@@ -53,8 +54,13 @@ class L1Outcome:
 
     @property
     def unavailable(self) -> bool:
-        """No attempt could search Milvus: an outage, not an empty answer."""
-        return bool(self.attempts) and all(a.trace.outcome in ("error", "skipped") for a in self.attempts)
+        """The knowledge base as a whole was never searched: no attempt returned a candidate and no unfiltered
+        attempt completed (each failed or was skipped). An outage, not an empty answer."""
+        return (
+            bool(self.attempts)
+            and not any(a.trace.candidate_count for a in self.attempts)
+            and all(a.trace.filtered or a.trace.outcome in ("error", "skipped") for a in self.attempts)
+        )
 
 
 class AttemptRunner:
@@ -67,13 +73,24 @@ class AttemptRunner:
         self.postprocessors = list(postprocessors)
         self.settings = settings
 
-    def run(self, query: LookupQuery, embedding: list[float], deadline: Deadline, clock: StageClock) -> L1Outcome:
+    def run(
+        self,
+        query: LookupQuery,
+        embedding: list[float],
+        deadline: Deadline,
+        clock: StageClock,
+        *,
+        known_documents: int = 0,
+    ) -> L1Outcome:
+        """The attempts of one lookup. ``known_documents``: how many documents the lookup's state says the
+        collection holds (0: unknown); an unfiltered search that answers no candidates then is a failed search
+        (a server still loading after a restart, a released collection), not an empty knowledge base."""
         category = query.category_filter
         outcome = L1Outcome()
         # One RetrievalStart/End pair for the lookup's retrieval, whatever the attempts (none inside a retriever,
         # whose BaseRetriever.retrieve sends its own).
         with lookup_retrieval(query) as retrieved:
-            first = self._clocked(clock, 1, query, embedding, category, deadline)
+            first = self._clocked(clock, 1, query, embedding, category, deadline, known_documents=known_documents)
             outcome.attempts.append(first)
             if category and first.trace.outcome != "ok":
                 outcome.fallback_reason = (
@@ -81,19 +98,21 @@ class AttemptRunner:
                     if first.trace.outcome == "low_quality"
                     else "filtered_vector_no_evidence"
                 )
-                outcome.attempts.append(self._clocked(clock, 2, query, embedding, None, deadline))
+                outcome.attempts.append(
+                    self._clocked(clock, 2, query, embedding, None, deadline, known_documents=known_documents)
+                )
             settled = outcome.selected or outcome.attempts[-1]
             retrieved(settled.nodes)
         return outcome
 
     def _clocked(
-        self, clock: StageClock, number: int, query: LookupQuery, embedding: list[float], *args: Any
+        self, clock: StageClock, number: int, query: LookupQuery, embedding: list[float], *args: Any, **kwargs: Any
     ) -> AttemptResult:
         """One attempt, its own bookkeeping (trace, events, span) timed as the stage ``attempt``: the time the attempt
         took beyond its stages (search, candidates, rerank)."""
         stages_before = sum(clock.stage_ms.values())
         t0 = time.perf_counter()
-        result = self.attempt(number, query, embedding, *args, clock)
+        result = self.attempt(number, query, embedding, *args, clock, **kwargs)
         inside = sum(clock.stage_ms.values()) - stages_before
         own = (time.perf_counter() - t0) * 1000 - inside
         clock.stage_ms["attempt"] = round(clock.stage_ms.get("attempt", 0.0) + own, 3)
@@ -108,6 +127,8 @@ class AttemptRunner:
         category: str | None,
         deadline: Deadline,
         clock: StageClock,
+        *,
+        known_documents: int = 0,
     ) -> AttemptResult:
         settings = self.settings
         trace = RetrievalAttempt(
@@ -140,6 +161,17 @@ class AttemptRunner:
             trace.outcome = "error"
             trace.error = f"{type(exc).__name__}: {str(exc)[:500]}"
             trace.elapsed_ms = round((time.perf_counter() - t0) * 1000, 3)
+            return AttemptResult(trace)
+        if not search.candidates and category is None and known_documents:
+            trace.outcome = "error"  # Milvus answered, but not from the rows it holds: not an empty answer
+            trace.error = (
+                f"the unfiltered search answered no candidates although the collection holds {known_documents} "
+                "documents (still loading after a restart, or released?)"
+            )
+            trace.path = search.path
+            trace.milvus_calls = search.milvus_calls
+            trace.elapsed_ms = round((time.perf_counter() - t0) * 1000, 3)
+            log.warning("L1 attempt %d: %s", number, trace.error)
             return AttemptResult(trace)
         trace.lexical_mode = search.lexical_mode
         trace.lexical_count = search.lexical_count

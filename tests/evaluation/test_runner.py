@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,77 @@ def test_arguments_plug_into_a_subcommand(golden_path: Path, fixtures_dir: Path,
 
     assert (args.ks, args.fail_under, args.name) == (None, None, "baseline")
     assert run_eval_command(args) == 0
+
+
+# --- issue 23 item 6: inputs that used to give tracebacks ----------------------------------------------------------
+
+
+def _cli_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """Run ``kb-retrieval eval`` as the console does; the one stderr line of a user error (exit 2, no traceback)."""
+    from kb_retrieval.cli import main as cli_main
+
+    code = cli_main(["eval", *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def _copied(fixtures_dir: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "fixtures"
+    shutil.copytree(fixtures_dir, target)
+    return target
+
+
+def test_golden_file_that_is_not_utf8_is_one_line_naming_file_and_line(
+    golden_path: Path, fixtures_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    utf16 = tmp_path / "golden-utf16.jsonl"
+    utf16.write_bytes(golden_path.read_text(encoding="utf-8").encode("utf-16"))  # starts \xff\xfe
+    line = _cli_error(["--golden", str(utf16), "--fixtures", str(fixtures_dir), "--out", str(tmp_path / "o")], capsys)
+    assert line.startswith(f"error: {utf16}:1: not UTF-8 text (byte 0xff at offset 0;") and "UTF-16?" in line
+    later = tmp_path / "golden-latin1.jsonl"
+    later.write_bytes(golden_path.read_bytes() + '{"case_id": "é"}\n'.encode("latin-1"))
+    line = _cli_error(["--golden", str(later), "--fixtures", str(fixtures_dir), "--out", str(tmp_path / "o")], capsys)
+    lines = golden_path.read_bytes().count(b"\n")
+    assert line.startswith(f"error: {later}:{lines + 1}: not UTF-8 text (byte 0xe9")
+
+
+def test_fixture_that_is_not_utf8_or_nests_deeply_is_one_line_naming_file_and_line(
+    golden_path: Path, fixtures_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fixtures = _copied(fixtures_dir, tmp_path)
+    victim = sorted(fixtures.glob("*.json"))[0]
+    original = victim.read_text(encoding="utf-8")
+    argv = ["--golden", str(golden_path), "--fixtures", str(fixtures), "--out", str(tmp_path / "o")]
+
+    victim.write_bytes(original.encode("utf-16"))
+    assert _cli_error(argv, capsys).startswith(f"error: {victim}:1: not UTF-8 text (byte 0xff at offset 0;")
+
+    victim.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")  # json.loads: RecursionError
+    line = _cli_error(argv, capsys)
+    assert line == f"error: {victim}: invalid JSON: nested deeper than 200 levels (line 1, column 201)"
+
+    victim.write_text('{\n  "case_id": "x",\n  "result": ' + "[" * 5000 + "]" * 5000 + "\n}\n", encoding="utf-8")
+    assert _cli_error(argv, capsys).endswith("nested deeper than 200 levels (line 3, column 212)")
+
+
+def test_golden_line_nesting_deeply_is_one_line(
+    fixtures_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    golden = tmp_path / "deep.jsonl"
+    golden.write_text('{"case_id": "a", "scenario": "chat", "query": "q"}\n' + "[" * 100_000 + "\n", encoding="utf-8")
+    line = _cli_error(["--golden", str(golden), "--fixtures", str(fixtures_dir), "--out", str(tmp_path / "o")], capsys)
+    assert line == f"error: {golden}:2: invalid JSON: nested deeper than 200 levels (column 201)"
+
+
+@pytest.mark.parametrize("content", ["", "\n\n  \n", "\ufeff"])
+def test_empty_golden_file_is_an_error(
+    content: str, fixtures_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    golden = tmp_path / "empty.jsonl"
+    golden.write_text(content, encoding="utf-8")
+    line = _cli_error(["--golden", str(golden), "--fixtures", str(fixtures_dir), "--out", str(tmp_path / "o")], capsys)
+    assert line == f"error: {golden}: no golden case in it (the file is empty)"
+    assert not (tmp_path / "o").exists()  # no report of zero cases

@@ -7,7 +7,6 @@ Real processes throughout: a held data dir is a lock held by another process, no
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ from kb_retrieval.indexing.l0_index import L0Index
 from kb_retrieval.indexing.milvus import MilvusLiteLockedError, connect, is_lite_engine, lite_lock_holder
 from kb_retrieval.traces import TraceStore
 from tests.conftest import REPO, SAMPLE_KB
-from tests.support.milvus_server import pick_free_ports
+from tests.support.processes import lite_server as start_lite_server
 
 HOLD = (
     "import sys\n"
@@ -131,22 +130,10 @@ def test_embedded_lite_serves_an_unauthenticated_loopback_port(tmp_path):
 @pytest.fixture
 def lite_server(tmp_path: Path) -> Iterator[str]:
     """``milvus-lite server`` on a data dir, loopback only, as the README documents; stopped with Ctrl-C."""
-    (port,) = pick_free_ports(1)
-    command = [str(Path(sys.executable).parent / "milvus-lite"), "server", "--data-dir", str(tmp_path / "shared.db")]
-    command += ["--host", "127.0.0.1", "--port", str(port)]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        assert proc.stdout is not None
-        assert "listening on 127.0.0.1" in proc.stdout.readline()
-        assert _listening(proc.pid) <= {("127.0.0.1", port), ("::ffff:127.0.0.1", port)}
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.send_signal(signal.SIGINT)  # Ctrl-C: it closes the data dir
-        try:
-            proc.communicate(timeout=15)
-        except subprocess.TimeoutExpired:  # SIGINT ignored (inherited, as in a background job): end it anyway
-            proc.kill()
-            proc.communicate(timeout=15)
+    with start_lite_server(tmp_path / "shared.db") as server:
+        port = int(server.uri.rsplit(":", 1)[1])
+        assert _listening(server.proc.pid) <= {("127.0.0.1", port), ("::ffff:127.0.0.1", port)}
+        yield server.uri
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

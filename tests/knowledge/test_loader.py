@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from kb_retrieval.knowledge.loader import KnowledgeBaseError, LoadedKnowledgeBase, load_knowledge_base
+from kb_retrieval.knowledge.loader import (
+    HIDDEN_FILE_REASON,
+    KnowledgeBaseError,
+    LoadedKnowledgeBase,
+    load_knowledge_base,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -171,9 +176,15 @@ def test_hidden_and_non_markdown_files_ignored(tmp_path: Path) -> None:
     write(tmp_path, "a/readme.txt", GOOD)
     write(tmp_path, "a/image.png", b"\x89PNG\x00\x00")
     write(tmp_path, "a/md", GOOD)
+    write(tmp_path, "a/..md", GOOD)
     kb = load_knowledge_base(tmp_path)
     assert [d.source_id for d in kb.documents] == ["a/visible.md"]
-    assert kb.skipped == []  # ignored, not skipped
+    # Hidden folders are not walked (.git); a hidden Markdown file in a folder walked is told, not dropped silently
+    # (issue 23 item 8: `..md` looks like a runbook).
+    assert [(s.source_id, s.reason) for s in kb.skipped] == [
+        ("a/..md", HIDDEN_FILE_REASON),
+        ("a/.hidden.md", HIDDEN_FILE_REASON),
+    ]
 
 
 # --- bad input: skipped with a reason, the rest loads ---------------------------------------------------------------

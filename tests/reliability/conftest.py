@@ -69,9 +69,14 @@ def check_result(result: LookupResult, settings: Settings) -> None:
     assert summary.used_tokens <= settings.context_budget_tokens
     assert result.found == bool(result.evidence_blocks) == bool(result.context_pack.blocks)
     if not result.found:
-        failed = bool(result.retrieval_trace.attempts) and all(
-            a.outcome in ("error", "skipped") for a in result.retrieval_trace.attempts
-        )  # nothing could be searched: an outage, told apart from an empty answer
+        attempts = result.retrieval_trace.attempts
+        # The knowledge base was never searched as a whole (no candidate, no unfiltered attempt completed): an
+        # outage, told apart from an empty answer.
+        failed = (
+            bool(attempts)
+            and not any(a.candidate_count for a in attempts)
+            and all(a.filtered or a.outcome in ("error", "skipped") for a in attempts)
+        )
         assert result.evidence_status.value == ("knowledge_base_unavailable" if failed else "no_evidence")
 
 
