@@ -406,7 +406,7 @@ class KBSettings(BaseSettings):
         default=2048.0,
         gt=0,
         description="The memory plan's bound: a collection whose mirror would pass it is searched in Milvus "
-        "(about 1 GB per 100k chunks of ~1 KB text with 384-d vectors).",
+        "(about 0.5 GB per 100k chunks of ~1 KB text with 384-d vectors, by estimate).",
     )
     l1_enabled: bool = Field(default=True, description="Semantic retrieval; off only for diagnostics.")
     top_k: int = Field(default=20, gt=0, le=200, description="L1 candidates fetched per attempt.")
