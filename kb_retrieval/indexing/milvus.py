@@ -162,9 +162,38 @@ def connect(settings: Settings) -> MilvusClient:
             return MilvusClient(uri=uri, token=token, timeout=settings.milvus_timeout_s, **options)
         except Exception as exc:  # the message names the URI: its password and the token are masked
             raise MilvusUnavailableError(settings.mask(f"cannot connect to Milvus at {uri}: {exc}")) from None
-    Path(uri).parent.mkdir(parents=True, exist_ok=True)
+    private_dirs(Path(uri))  # its files hold the knowledge base's text: the owner's only, whatever the umask
     quiet_lite_unimplemented_rpcs()
-    return _open_lite(uri, settings)
+    client = _open_lite(uri, settings)
+    private_files(Path(uri))
+    return client
+
+
+def private_dirs(data_dir: Path) -> None:
+    """Create ``data_dir`` and its missing parents 0700 (a folder that exists keeps its mode: its owner's choice).
+
+    Milvus Lite writes its files with the process umask (0644 under 022); a 0700 folder keeps them from others.
+    """
+    missing = []
+    for folder in (data_dir, *data_dir.parents):
+        if folder.exists():
+            break
+        missing.append(folder)
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir(mode=0o700)
+            os.chmod(folder, 0o700)  # mkdir's mode is masked by the umask
+
+
+def private_files(data_dir: Path) -> None:
+    """Make the files Milvus Lite created under ``data_dir`` 0600 (best effort: a file it replaces later is again
+    under the umask, inside the 0700 folder)."""
+    if not data_dir.is_dir():
+        return
+    for path in data_dir.rglob("*"):
+        with contextlib.suppress(OSError):
+            if path.is_file() and not path.is_symlink() and path.stat().st_mode & 0o077:
+                os.chmod(path, 0o600)
 
 
 def _served_lite_options(uri: str, token: str, timeout_s: float) -> dict[str, Any]:

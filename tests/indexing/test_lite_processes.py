@@ -176,3 +176,27 @@ def test_several_processes_share_one_lite_data_dir_through_its_server(lite_serve
     assert "replication-lag.md" in seen.query_transform.hints.matched_sources
     assert any(r.startswith("lexical_bm25") for r in seen.evidence_blocks[0].hit_reasons)
     lookup.close()
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
+def test_state_dir_and_lite_data_files_are_the_owners_only_under_umask_022(tmp_path, embed_model):
+    """Issue 23 item 8: the Lite files hold the knowledge base's text; as the trace database, 0700 / 0600."""
+    import stat
+
+    from kb_retrieval.indexing.ingest import ingest
+
+    old = os.umask(0o022)
+    try:
+        settings = Settings(state_dir=tmp_path / "state" / "kb", vector_store_mode="sdk")
+        ingest([SAMPLE_KB / "redis"], settings, embed_model=embed_model)
+        lookup = KnowledgeLookup(settings, embed_model=embed_model)
+        assert lookup.lookup("Redis memory usage high").found
+        lookup.close()
+    finally:
+        os.umask(old)
+    for folder in (tmp_path / "state", settings.state_dir, Path(settings.resolved_milvus_uri())):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
+    files = [p for p in Path(settings.resolved_milvus_uri()).rglob("*") if p.is_file()]
+    assert files and all(stat.S_IMODE(p.stat().st_mode) & 0o077 == 0 for p in files), [
+        (p.name, oct(p.stat().st_mode)) for p in files if p.stat().st_mode & 0o077
+    ]
