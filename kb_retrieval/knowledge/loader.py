@@ -190,13 +190,17 @@ def _load_document(path: Path, source_id: str, real_root: Path, category_from: s
     frontmatter.pop("domain", None)
     if not category:
         category = _category_from_path(source_id, category_from)
-    keywords = _as_list(frontmatter.pop("keywords", None)) or _derived_keywords(source_id, title, headings)
+    written = _as_list(frontmatter.pop("keywords", None))
+    keywords = written or _derived_keywords(source_id, title, headings)
     entities = _as_list(frontmatter.pop("entities", None))
     # Everything a row stores about its document: a change in how fields are derived rewrites the rows too, and so
     # does a new ROWS_VERSION (how a document becomes rows: chunking, breadcrumbs), so an upgrade re-ingests.
     derived = json.dumps([ROWS_VERSION, category, title, keywords, entities], ensure_ascii=False).encode()
     metadata = _json_metadata(frontmatter)
-    stored = len(derived) + len(json.dumps(metadata, ensure_ascii=False).encode())
+    # What the author wrote is bounded (keywords derived from the headings are the L0 index's, which cuts its own
+    # entries to fit: tests/indexing/test_l0_milvus.py).
+    written_json = json.dumps([category, title, written, entities], ensure_ascii=False).encode()
+    stored = len(written_json) + len(json.dumps(metadata, ensure_ascii=False).encode())
     if stored > MAX_METADATA_BYTES:  # every chunk row holds a copy
         raise _Skip(f"refused: the frontmatter is {stored} bytes as JSON, over the {MAX_METADATA_BYTES}-byte limit")
     digest = hashlib.sha256(raw + b"\x00" + derived).hexdigest()

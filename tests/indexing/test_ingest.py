@@ -180,7 +180,8 @@ def test_interrupted_ingest_converges(tmp_path, embed_model):
     ingest([kb], clean, embed_model=embed_model)
     broken = Settings(state_dir=tmp_path / "broken", embed_batch_size=4)
     with pytest.raises(KeyboardInterrupt):
-        ingest([kb], broken, embed_model=FailingAfter(embed_model, 1))
+        # Ingest writes every 4 model batches (embed_batch_size * 4 chunks): fail in the second write.
+        ingest([kb], broken, embed_model=FailingAfter(embed_model, 4))
     partial = len(rows(broken))
     assert 0 < partial < len(rows(clean))
     resumed = ingest([kb], broken, embed_model=embed_model)

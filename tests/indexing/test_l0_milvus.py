@@ -14,6 +14,7 @@ from kb_retrieval.config import Settings
 from kb_retrieval.indexing import index_version as index_version_module
 from kb_retrieval.indexing.index_version import index_version, meta_collection_name, version_content
 from kb_retrieval.indexing.ingest import ingest
+from kb_retrieval.indexing.ingest_record import FIELD_PREFIX, MODEL_KEY, ROOT_PREFIX
 from kb_retrieval.indexing.l0_index import (
     L0_ENTRY_MAX_BYTES,
     L0Index,
@@ -174,5 +175,8 @@ def test_version_lives_in_its_own_small_collection(tmp_path, settings, embed_mod
     client = connect(settings)
     name = meta_collection_name(settings)
     assert name == f"{settings.collection}_meta" and client.has_collection(name)
-    rows = client.query(name, filter='key != ""', output_fields=["key", "value"])
-    assert [r["key"] for r in rows] == ["version"] and rows[0]["value"] == index_version(client, settings)
+    rows = {r["key"]: r["value"] for r in client.query(name, filter='key != ""', output_fields=["key", "value"])}
+    assert rows["version"] == index_version(client, settings)
+    # Beside it, only the ingest record (kb_retrieval.indexing.ingest_record): the model, the roots, metadata keys.
+    record = ("version", MODEL_KEY)
+    assert all(k in record or k.startswith((ROOT_PREFIX, FIELD_PREFIX)) for k in rows), rows
