@@ -263,6 +263,8 @@ def test_half_replaced_document_serves_one_version_the_newest(
     with monkeypatch.context() as patch:
         patch.setattr(ingest_module, "_delete", lambda *args, **kwargs: None)
         _ingest_with(settings, kb, 2, embed_model)  # v2 written, v1 not deleted: both in the collection
+    # The memory plan searches a mirror read at the last freshness check: read it now (the Milvus plan is unchanged).
+    lookup.refresh(force=True)
     mixes = MixCounter(monkeypatch)
 
     version, problem = _check_lookup(lookup, spy, rerank)
@@ -271,6 +273,7 @@ def test_half_replaced_document_serves_one_version_the_newest(
     assert version == "0002", "the newest version must win"
     assert mixes.mixed >= 1, "the raw search did see both versions (else this test tests nothing)"
     ingest([kb], settings, embed_model=embed_model)  # the next run deletes what the held-back one left
+    lookup.refresh(force=True)
     assert _check_lookup(lookup, spy, rerank) == ("0002", "")
 
 
