@@ -35,6 +35,7 @@ from kb_retrieval.indexing.index_version import ensure_meta_collection, publish_
 from kb_retrieval.indexing.ingest_record import read_ingest_record, record_ingest
 from kb_retrieval.indexing.l0_index import L0Index, ensure_l0_collection, l0_content_hash, write_l0
 from kb_retrieval.indexing.milvus import (
+    METADATA_KEYS,
     VARCHAR_LIMITS,
     connect,
     ensure_collection,
@@ -89,20 +90,6 @@ class IngestSummary(BaseModel):
     empty_kb_dirs: list[str] = Field(default_factory=list)
     seconds: float = 0.0
     embed_seconds: float = 0.0
-
-
-#: The keys ingest writes into every chunk's JSON metadata beside the frontmatter's (see ``_row``).
-INTERNAL_METADATA_KEYS = (
-    "title",
-    "breadcrumb",
-    "keywords",
-    "entities",
-    "kb",
-    "doc_hash",
-    "position",
-    "chunk_count",
-    "ingested_at",
-)
 
 
 @dataclass
@@ -222,7 +209,7 @@ def _record(
     model_name = model_id(model) if model is not None else ""
     if model_name and not embedded and read_ingest_record(client, settings).embed_model:
         model_name = ""
-    keys = {*INTERNAL_METADATA_KEYS, *(key for kb in kbs for doc in kb.documents for key in doc.metadata)}
+    keys = {*METADATA_KEYS, *(key for kb in kbs for doc in kb.documents for key in doc.metadata)}
     record_ingest(client, settings, embed_model=model_name, roots=[kb.kb_id for kb in kbs], metadata_keys=keys)
 
 
