@@ -30,6 +30,7 @@ from kb_retrieval.indexing.ingest import ingest
 from kb_retrieval.models import Candidate
 from kb_retrieval.retrieval import hybrid as hybrid_module
 from kb_retrieval.retrieval.l1 import base as l1_base
+from kb_retrieval.retrieval.l1 import memory as memory_module
 from kb_retrieval.retrieval.l1 import sdk as sdk_module
 from kb_retrieval.retrieval.l1 import vectorstore as vectorstore_module
 from kb_retrieval.retrieval.stage import stage_of
@@ -189,6 +190,7 @@ class MixCounter:
         monkeypatch.setattr(sdk_module, "one_version_per_source", counting)
         monkeypatch.setattr(vectorstore_module, "one_version_per_source", counting)
         monkeypatch.setattr(hybrid_module, "one_version_per_source", counting)
+        monkeypatch.setattr(memory_module, "one_version_per_source", counting)
 
 
 class RerankSpy:
@@ -278,15 +280,20 @@ def test_half_replaced_document_serves_one_version_the_newest(
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize("plan", ["milvus", "memory"])
 def test_ingest_while_looking_up_never_mixes_versions(
-    milvus_backend: MilvusBackend, tmp_path, embed_model, monkeypatch
+    milvus_backend: MilvusBackend, plan: str, tmp_path, embed_model, monkeypatch
 ) -> None:
+    """The Milvus plan searches the collection itself, so its searches land in the both-versions moments on their
+    own. The memory plan searches a mirror read when the index version changes, which an ingest publishes only after
+    its deletes: its readers force a reload before each lookup, so that reloads land in those moments too."""
     edits = 12 if milvus_backend.name == "lite" else 6
-    settings = milvus_backend.settings()
+    settings = milvus_backend.settings(lookup_plan=plan)
     kb = write_kb(tmp_path / "kb", OTHERS)
     _ingest_with(settings, kb, 0, embed_model)
     model = MemoModel(embed_model, [QUERY])  # readers spend their time searching, not embedding
     lookup = KnowledgeLookup(settings, embed_model=model, trace_store=TraceStore("sqlite://"))
+    assert lookup.plan == plan, lookup.plan_reason
     spy, rerank = SearchSpy(lookup), RerankSpy(lookup)
     mixes = MixCounter(monkeypatch)
     real_delete = ingest_module._delete
@@ -317,6 +324,8 @@ def test_ingest_while_looking_up_never_mixes_versions(
     def reader() -> None:
         while not done.is_set() or sum(seen.values()) < 20:
             try:
+                if plan == "memory":
+                    lookup.refresh(force=True)
                 version, problem = _check_lookup(lookup, spy, rerank)
             except BaseException as exc:  # reported below
                 errors.append(exc)
@@ -332,7 +341,8 @@ def test_ingest_while_looking_up_never_mixes_versions(
         thread.join()
 
     print(
-        f"\n{milvus_backend.name}: {sum(seen.values())} lookups during {edits} re-ingests; versions seen {dict(seen)}; "
+        f"\n{milvus_backend.name}/{plan}: {sum(seen.values())} lookups during {edits} re-ingests; "
+        f"versions seen {dict(seen)}; "
         f"raw searches holding two versions: {mixes.mixed} of {mixes.seen}"
     )
     assert errors == []
