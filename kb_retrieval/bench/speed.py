@@ -128,6 +128,7 @@ def start_up(settings: Settings, embed_model: Any, query: str, *, runs: int = 3)
     import os
     import subprocess
     import sys
+    import tempfile
 
     from kb_retrieval.engine import KnowledgeLookup
 
@@ -137,18 +138,23 @@ def start_up(settings: Settings, embed_model: Any, query: str, *, runs: int = 3)
         lookup = KnowledgeLookup(settings)  # queries embedded as a user's are (ONNX)
         builds.append(time.perf_counter() - t0)
         lookup.close()
+    from kb_retrieval.indexing.milvus import release_lite
+
+    release_lite(settings)  # Milvus Lite opens a data dir in one process only: the CLI's, from here on
     script = Path(sys.executable).parent / "kb-retrieval"
     command = [str(script), "lookup", "--state-dir", str(settings.state_dir), "--json", query]
     walls, peaks = [], []
     for _ in range(runs):
         t0 = time.perf_counter()
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _, status, usage = os.wait4(proc.pid, 0)
-        walls.append(time.perf_counter() - t0)
-        peaks.append(usage.ru_maxrss / 1024)  # KiB on Linux
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(command[1:3])} exited with {proc.returncode}")
+        with tempfile.TemporaryFile() as errors:  # a file, not a pipe: nothing read until the process ends
+            proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=errors)
+            _, status, usage = os.wait4(proc.pid, 0)
+            walls.append(time.perf_counter() - t0)
+            peaks.append(usage.ru_maxrss / 1024)  # KiB on Linux
+            if (code := os.waitstatus_to_exitcode(status)) != 0:
+                errors.seek(0)
+                said = errors.read().decode(errors="replace").strip()[-500:]
+                raise RuntimeError(f"{' '.join(command[1:3])} exited with {code}: {said}")
     return {
         "lookup_build_s": round(statistics.median(builds), 3),
         "cli_lookup_wall_s": round(statistics.median(walls), 2),
