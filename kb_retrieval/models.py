@@ -60,6 +60,16 @@ class L0Hints(Contract):
         default_factory=dict,
         description="Source -> share of its title's terms (weighted by rarity) the query holds, when at least half.",
     )
+    domain_matches: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Domain -> the strong matches that set it: a title, or a keyword that names its documents "
+        "(a fragment of other documents' names, a plain word only boost).",
+    )
+    coverage_domain: str | None = Field(
+        default=None,
+        description="The domain of the document whose title the query covers best (none on a tie between "
+        "domains): a filtered attempt that excludes it is low quality (see RetrievalAttempt.outcome_reason).",
+    )
 
     @property
     def empty(self) -> bool:
@@ -134,6 +144,9 @@ class RetrievalAttempt(Contract):
     evidence_count: int = 0
     top_similarity: float | None = None
     outcome: AttemptOutcome
+    outcome_reason: str | None = Field(
+        default=None, description="Why a filtered attempt is low quality (its similarity, or L0's title coverage)."
+    )
     error: str | None = None
     elapsed_ms: float = 0.0
 

@@ -97,6 +97,12 @@ class SystemScores:
     answerable_found: int = 0
     strong_judged: int = 0
     strong: int = 0
+    filter_excluded: int = 0
+
+    def add_filter(self, case: Case, category: str | None, category_of: Callable[[str], str | None]) -> None:
+        """Counts an answerable case whose L0 category filter excluded every expected document."""
+        if category and case.relevant and all(category_of(source) != category for source in case.relevant):
+            self.filter_excluded += 1
 
     def add_strong(self, case: Case, top_source: str | None, evidence_text: str) -> None:
         """Strong@1: the first document is right and its packed evidence holds every expected keyword/breadcrumb."""
@@ -127,6 +133,7 @@ class SystemScores:
         out["answerable_found_true"] = round(self.answerable_found / n, 4) if n else None
         out["strong@1"] = round(self.strong / self.strong_judged, 4) if self.strong_judged else None
         out["strong_judged"] = self.strong_judged
+        out["filter_excluded_all_expected"] = self.filter_excluded
         return out
 
 
@@ -147,6 +154,12 @@ def run_setting(
     stock = build_stock(roots, settings.resolved_milvus_uri(), "stock_chunks", embed_model)
     log(f"[{setting.name}] stock index: {stock.chunk_count} chunks")
 
+    documents = lookup.l0.index.documents
+
+    def category_of(source: str) -> str | None:
+        entry = documents.get(source)
+        return entry.category if entry else None
+
     results: dict[str, dict[str, dict[str, Any]]] = {}
     for set_name in setting.golden_sets:
         cases = read_cases(shared / "golden" / f"{set_name}.jsonl")
@@ -160,6 +173,7 @@ def run_setting(
                 top = result.context_pack.blocks[0] if found and result.context_pack.blocks else None
                 packed = f"{top.breadcrumb or ''}\n{top.content}" if top else ""
                 scores["lookup_knowledge"].add_strong(case, top.source if top else None, packed)
+                scores["lookup_knowledge"].add_filter(case, result.query_transform.category_filter, category_of)
             except EmptyQueryError:
                 scores["lookup_knowledge"].add(case, [], False)
             for name, retriever in stock.by_name().items():

@@ -351,8 +351,8 @@ def write_report(report: dict[str, Any], out_dir: Path) -> None:
             f"### {setting}",
             "",
             "| golden set | system | hit@1 | hit@3 | hit@5 | MRR@10 | no-answer found=false | answerable found=true "
-            "| strong@1 (judged) |",
-            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            "| strong@1 (judged) | filter excluded every expected |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for name, systems in sets.items():
             for system in SYSTEMS:
@@ -360,12 +360,19 @@ def write_report(report: dict[str, Any], out_dir: Path) -> None:
                 md.append(
                     f"| {name} | {system} | {_fmt(m['hit@1'])} | {_fmt(m['hit@3'])} | {_fmt(m['hit@5'])} | "
                     f"{_fmt(m['mrr@10'])} | {_fmt(m['no_answer_found_false'])} | {_fmt(m['answerable_found_true'])} | "
-                    f"{_strong(m)} |"
+                    f"{_strong(m)} | {_excluded(system, m)} |"
                 )
         md.append("")
     if speed := report.get("speed"):
         md += ["## Speed", "", "```json", json.dumps(speed, indent=2, sort_keys=True), "```", ""]
     (out_dir / "bench.md").write_text("\n".join(md), encoding="utf-8")
+
+
+def _excluded(system: str, m: dict[str, Any]) -> str:
+    """Answerable cases whose L0 category filter excluded every expected document (lookup_knowledge only: the stock
+    retrievers filter nothing)."""
+    value = m.get("filter_excluded_all_expected")
+    return str(value) if system == "lookup_knowledge" and value is not None else "n/a"
 
 
 def _strong(m: dict[str, Any]) -> str:

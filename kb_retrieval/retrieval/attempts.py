@@ -229,9 +229,22 @@ class AttemptRunner:
             trace.outcome = "no_candidates"
         elif not blocks:
             trace.outcome = "no_evidence"
-        elif category is not None and (trace.top_similarity or 0.0) < settings.reference_threshold:
-            trace.outcome = "low_quality"
+        elif category is not None and (why := _low_quality(trace.top_similarity, category, query, settings)):
+            trace.outcome, trace.outcome_reason = "low_quality", why
         else:
             trace.outcome = "ok"
         trace.elapsed_ms = round((time.perf_counter() - t0) * 1000, 3)
         return AttemptResult(trace, nodes, blocks)
+
+
+def _low_quality(top_similarity: float | None, category: str, query: LookupQuery, settings: Settings) -> str | None:
+    """Why a filtered attempt that found evidence is still low quality, or None: its best similarity is below the
+    reference threshold (spec 000), or L0's own title coverage favours a document outside the filter (the query
+    covers the title of a document of another domain best: the filter came from a weaker match than that)."""
+    if (top_similarity or 0.0) < settings.reference_threshold:
+        return f"top similarity {top_similarity or 0.0:.3f} below reference_threshold {settings.reference_threshold}"
+    hints = query.transform.hints if query.transform is not None else None
+    if hints is not None and hints.coverage_domain and hints.coverage_domain != category:
+        source, share = next(iter(hints.title_coverage.items()))
+        return f"L0 title coverage favours {source} ({share:.2f}, domain {hints.coverage_domain}) outside the filter"
+    return None

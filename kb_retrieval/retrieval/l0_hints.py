@@ -9,6 +9,13 @@ such as "Mitigation") say nothing about which document is meant, so only keyword
 ``max_keyword_documents`` documents count. A title matches when it occurs in the query, or when the query holds all
 of its (at least two) content words.
 
+Only a strong match sets a domain: a matched title, or a specific keyword (an identifier or a phrase) that is a
+*name* - no proper fragment of any document's names (file name, specific keywords). ``KubePodCrashLooping`` names
+its runbook, ``INFO memory`` its Redis page; ``NotReady`` (derived from the title "Prometheus Operator NotReady") is
+a piece of ``PrometheusOperatorNotReady``, ``KubeNodeNotReady`` and ``KubePodNotReady``, and ``StatefulSet`` of three
+``KubeStatefulSet...`` names: a fragment names none of them. Every other keyword match (plain words, fragments)
+still boosts its documents in the reranker. ``domain_matches`` says which match set each domain.
+
 Example:
     >>> provider = L0HintProvider(index)  # doctest: +SKIP
     >>> provider.hints("RedisMemoryHigh on cache-01").domains  # doctest: +SKIP
@@ -21,6 +28,7 @@ import math
 import re
 from collections import defaultdict
 from functools import lru_cache
+from pathlib import Path
 
 from kb_retrieval.indexing.l0_index import L0Index
 from kb_retrieval.knowledge.text import split_camel, words
@@ -123,6 +131,12 @@ def _entity_case_ok(entity: str, query: str) -> bool:
     return entity.islower() or not entity.isalpha() or entity in query
 
 
+def _name_pieces(name: str) -> tuple[str, ...]:
+    """``Prometheus Operator NotReady`` -> (prometheus, operator, not, ready): a name's words, identifiers split, so
+    that a keyword is found inside a longer identifier (``NotReady`` in ``KubeNodeNotReady``)."""
+    return tuple(part for word in _PIECE.findall(name) for part in (split_camel(word) or [word.lower()]))
+
+
 def _by_first_word(phrases: dict[tuple[str, ...], set[str]]) -> dict[str, list[tuple[str, ...]]]:
     starts: dict[str, list[tuple[str, ...]]] = defaultdict(list)
     for phrase in phrases:
@@ -163,6 +177,17 @@ class L0HintProvider:
             content = tuple(w for w in title if w not in STOPWORDS)
             self._titles.append((source, title, content))
         self._keywords = {p: s for p, s in keyword_docs.items() if len(s) <= max_keyword_documents}
+        # Each document's names as piece sequences, and an inverted index of their pieces: which documents' names
+        # a keyword is a piece of (see is_a_name).
+        self._names: dict[str, set[tuple[str, ...]]] = {}
+        self._piece_sources: dict[str, set[str]] = defaultdict(set)
+        for source, entry in index.documents.items():
+            names = [k for k in entry.keywords if _is_specific(k)] + [Path(source).stem]
+            self._names[source] = {pieces for name in names if (pieces := _name_pieces(name))}
+            for name in self._names[source]:
+                for piece in name:
+                    self._piece_sources[piece].add(source)
+        self._names_cache: dict[tuple[str, ...], bool] = {}
         self._entities = dict(entity_docs)
         self._keyword_starts = _by_first_word(self._keywords)
         self._entity_starts = _by_first_word(self._entities)
@@ -205,37 +230,63 @@ class L0HintProvider:
     def hints(self, query: str) -> L0Hints:
         tokens = _phrase(query)
         token_set = set(tokens)
-        strong: set[str] = set()  # documents matched by a title, a phrase or an identifier-like keyword
-        weak: set[str] = set()  # documents matched only by a single plain word
+        matched: set[str] = set()
+        deciding: dict[str, list[str]] = defaultdict(list)  # source -> the strong matches that name it
         titles: list[str] = []
         for source in self._title_matches(tokens, token_set):
-            titles.append(self.index.documents[source].title)
-            strong.add(source)
+            titles.append(title := self.index.documents[source].title)
+            matched.add(source)
+            deciding[source].append(f"title '{title}'")
         keywords: list[str] = []
         for phrase in self._phrases_in(tokens, self._keyword_starts):
             text = self._keyword_text[phrase]
             keywords.append(text)
-            (strong if _is_specific(text) else weak).update(self._keywords[phrase])
+            sources = self._keywords[phrase]
+            matched.update(sources)
+            if _is_specific(text) and self.is_a_name(text):
+                for source in sources:
+                    deciding[source].append(f"keyword '{text}'")
         entities = [
             text
             for p in self._phrases_in(tokens, self._entity_starts)
             if _entity_case_ok(text := self._entity_text[p], query)
         ]
 
-        # A specific match (an alert name, a title) says more about the domain than a generic word does.
         # A category name merely occurring in the query ("node", "prometheus") is not a match of any entry: in
         # alert texts such words are everywhere, and a wrong filter that still finds fair candidates is not retried.
-        deciding = strong or weak
-        domains = sorted({c for s in deciding if (c := self.index.documents[s].category)})
-        matched_sources = strong | weak
+        # A plain word or a fragment shared with other documents' names boosts, and never narrows the search.
+        by_domain: dict[str, set[str]] = defaultdict(set)
+        for source, reasons in deciding.items():
+            if category := self.index.documents[source].category:
+                by_domain[category].update(f"{reason} ({source})" for reason in reasons)
+        coverage = self.title_coverage(query)
+        best = max(coverage.values(), default=None)
+        leaders = {self.index.documents[s].category for s, share in coverage.items() if share == best}
         return L0Hints(
             matched_titles=sorted(set(titles)),
             matched_keywords=sorted(set(keywords)),
-            domains=domains,
+            domains=sorted(by_domain),
+            domain_matches={domain: sorted(reasons) for domain, reasons in sorted(by_domain.items())},
             entities=sorted(set(entities)),
-            matched_sources=sorted(matched_sources),
-            title_coverage=self.title_coverage(query),
+            matched_sources=sorted(matched),
+            title_coverage=coverage,
+            # The domain of the best-covered title; none when titles of two domains are covered alike.
+            coverage_domain=next(iter(leaders)) if len(leaders) == 1 else None,
         )
+
+    def is_a_name(self, keyword: str) -> bool:
+        """True when ``keyword`` is no proper fragment of any document's names (file name, specific keywords): a
+        name, not a piece shared with names (``NotReady`` is a piece of ``KubeNodeNotReady``; ``StatefulSet`` of
+        ``KubeStatefulSetReplicasMismatch``)."""
+        pieces = _name_pieces(keyword)
+        if (known := self._names_cache.get(pieces)) is not None:
+            return known
+        holders = set.intersection(*(self._piece_sources.get(p, set()) for p in pieces)) if pieces else set()
+        fragment = any(
+            name != pieces and _contains(name, pieces) for source in sorted(holders) for name in self._names[source]
+        )
+        self._names_cache[pieces] = named = bool(pieces) and not fragment  # a benign race: the same value each time
+        return named
 
     def _title_matches(self, tokens: tuple[str, ...], token_set: set[str]) -> list[str]:
         hits: dict[int, int] = defaultdict(int)

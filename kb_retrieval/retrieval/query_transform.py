@@ -1,6 +1,7 @@
 """Stage 1: normalise the query, ask L0 for hints, choose the L1 filter.
 
-Exactly one nonblank L0 domain becomes a category filter; zero or several mean no filter. A query over
+Exactly one nonblank L0 domain becomes a category filter; zero or several mean no filter (a domain comes from strong
+matches only, which the filter reason names: see :mod:`kb_retrieval.retrieval.l0_hints`). A query over
 ``max_query_chars`` is truncated (bounded work whatever the caller sends) and the trace says so.
 """
 
@@ -26,7 +27,8 @@ def transform_query(query: str, l0: L0HintProvider | None, max_query_chars: int)
     hints = l0.hints(normalized) if l0 is not None else None
     domains = [d for d in (hints.domains if hints else []) if d.strip()]
     if len(domains) == 1:
-        category, reason = domains[0], f"exactly one L0 domain: {domains[0]}"
+        why = "; ".join(hints.domain_matches.get(domains[0], [])) if hints else ""
+        category, reason = domains[0], f"exactly one L0 domain: {domains[0]}" + (f", set by {why}" if why else "")
     elif domains:
         category, reason = None, f"ambiguous: {len(domains)} L0 domains ({', '.join(domains)})"
     else:

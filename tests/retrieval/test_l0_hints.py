@@ -84,10 +84,11 @@ def test_stopword_keyword_is_ignored(provider: L0HintProvider) -> None:
     assert provider.hints("the").matched_keywords == []
 
 
-def test_plain_word_keyword_of_few_documents_still_counts(provider: L0HintProvider) -> None:
+def test_plain_word_keyword_of_few_documents_boosts_but_sets_no_domain(provider: L0HintProvider) -> None:
     hints = provider.hints("set maxmemory higher")
     assert hints.matched_keywords == ["maxmemory"]
-    assert hints.domains == ["redis"]
+    assert hints.matched_sources == ["redis/memory.md"]  # the reranker boosts it
+    assert hints.domains == []  # one plain word does not narrow the search to a domain
 
 
 def test_specific_match_wins_over_generic_word_for_the_domain(provider: L0HintProvider) -> None:
@@ -95,7 +96,10 @@ def test_specific_match_wins_over_generic_word_for_the_domain(provider: L0HintPr
     assert hints.matched_keywords == ["RedisMemoryHigh", "eviction"]  # both reported
     assert hints.domains == ["redis"]  # but only the alert name decides
     assert set(hints.matched_sources) == {"redis/memory.md", "mysql/slow.md"}
-    assert provider.hints("eviction").domains == ["mysql"]  # alone, the generic word does decide
+    assert provider.hints("eviction").domains == []  # alone, the generic word does not decide either
+    assert provider.hints("RedisMemoryHigh with eviction").domain_matches == {
+        "redis": ["keyword 'RedisMemoryHigh' (redis/memory.md)"]
+    }
 
 
 def test_two_specific_matches_in_two_categories_give_two_domains(provider: L0HintProvider) -> None:
@@ -123,7 +127,8 @@ def test_max_keyword_documents_threshold() -> None:
     assert L0HintProvider(INDEX, max_keyword_documents=3).hints("mitigation").matched_keywords == []
     hints = L0HintProvider(INDEX, max_keyword_documents=4).hints("mitigation")
     assert hints.matched_keywords == ["Mitigation"]
-    assert hints.domains == ["mysql", "redis"]
+    assert set(hints.matched_sources) == {"redis/memory.md", "redis/latency.md", "mysql/slow.md", "mysql/repl.md"}
+    assert hints.domains == []  # a plain word boosts; it never sets a domain
 
 
 def test_document_keywords(provider: L0HintProvider) -> None:
@@ -222,3 +227,46 @@ def test_title_coverage_weighs_rare_title_terms_and_needs_two_shared() -> None:
     assert "alerting.md" not in coverage  # a one-word title is not covered by one shared word
     assert "quota.md" not in coverage  # nothing but "kube" shared
     assert L0HintProvider(index).title_coverage("PersistentVolume filling up", minimum=0.9) == {}
+
+
+FRAGMENTS = L0Index(
+    documents={
+        # Keywords as the loader derives them: identifiers of the file name and the title, then the title.
+        "k8s/KubeNodeNotReady.md": entry(
+            "Kube Node Not Ready", "kubernetes", ["KubeNodeNotReady", "Kube Node Not Ready"]
+        ),
+        "k8s/KubePodNotReady.md": entry("Kube Pod Not Ready", "kubernetes", ["KubePodNotReady", "Kube Pod Not Ready"]),
+        "operator/PrometheusOperatorNotReady.md": entry(
+            "Prometheus Operator NotReady",
+            "prometheus-operator",
+            ["PrometheusOperatorNotReady", "NotReady", "Prometheus Operator NotReady"],
+        ),
+        "operator/PrometheusOperatorSyncFailed.md": entry(
+            "Prometheus Operator Sync Failed", "prometheus-operator", ["PrometheusOperatorSyncFailed"]
+        ),
+    }
+)
+
+
+def test_a_shared_keyword_fragment_sets_no_domain() -> None:
+    """``NotReady``, one runbook's keyword, is a piece of three runbooks' names: it boosts its runbook, and the
+    query about a node is not narrowed to the operator's domain (where the node runbook is not)."""
+    provider = L0HintProvider(FRAGMENTS)
+    hints = provider.hints("kubectl get nodes shows a node NotReady")
+    assert hints.matched_keywords == ["NotReady"]
+    assert hints.matched_sources == ["operator/PrometheusOperatorNotReady.md"]
+    assert hints.domains == []
+    assert transform_query("kubectl get nodes shows a node NotReady", provider, 4000).category_filter is None
+    assert not provider.is_a_name("NotReady")
+    # The whole alert name names its runbook, and the filter reason says which match set the domain.
+    transform = transform_query("PrometheusOperatorNotReady firing", provider, 4000)
+    assert transform.category_filter == "prometheus-operator"
+    assert "keyword 'PrometheusOperatorNotReady' (operator/PrometheusOperatorNotReady.md)" in transform.filter_reason
+
+
+def test_title_coverage_names_the_domain_of_the_best_covered_title() -> None:
+    provider = L0HintProvider(FRAGMENTS)
+    hints = provider.hints("node went NotReady in kubectl get nodes")
+    assert next(iter(hints.title_coverage)) == "k8s/KubeNodeNotReady.md"
+    assert hints.coverage_domain == "kubernetes"
+    assert L0HintProvider(FRAGMENTS).hints("nothing of the sort").coverage_domain is None
