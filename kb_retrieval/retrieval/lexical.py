@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -49,18 +50,69 @@ def _tokenizer() -> Any:
     return Tokenizer(stemmer=Stemmer.Stemmer("english"), stopwords="en", splitter=_TOKEN_PATTERN)
 
 
+#: bm25s' English stopwords (``bm25s.stopwords.STOPWORDS_EN``, NLTK's short list), which :func:`_tokenizer` uses;
+#: kept here so that :func:`analysed_text` runs without importing bm25s (numba and scipy: ~0.6 s a process).
+STOPWORDS_EN = frozenset(
+    {
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "but",
+        "by",
+        "for",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "no",
+        "not",
+        "of",
+        "on",
+        "or",
+        "such",
+        "that",
+        "the",
+        "their",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "to",
+        "was",
+        "will",
+        "with",
+    }
+)
+_WORDS = re.compile(_TOKEN_PATTERN).findall
+_STEMMERS = threading.local()  # PyStemmer objects are not thread-safe: one per thread
+
+
+def _stem(word: str) -> str:
+    stemmer = getattr(_STEMMERS, "stemmer", None)
+    if stemmer is None:
+        import Stemmer
+
+        stemmer = _STEMMERS.stemmer = Stemmer.Stemmer("english")
+    return str(stemmer.stemWord(word))
+
+
 def analysed_text(text: str) -> str:
     """The words BM25 indexes for ``text``, space-separated: what ingest writes into the analysed field and what
-    a lookup sends as its BM25 request.
+    a lookup sends as its BM25 request. The same analysis as :func:`_tokenizer`'s (lower case, words of 2+ characters,
+    stopwords dropped, Snowball English stems, in text order), without bm25s (pinned by a test against it).
 
     Example:
         >>> analysed_text("KubePodCrashLooping: the pods are restarting")
         'kubepodcrashloop pod restart kube pod crash loop'
     """
-    tokens = _tokenizer().tokenize(
-        [with_identifier_parts(text)], update_vocab=True, return_as="string", show_progress=False
-    )
-    return " ".join(t for t in tokens[0] if t)
+    words = _WORDS(with_identifier_parts(text).lower())
+    return " ".join(stem for word in words if word not in STOPWORDS_EN and (stem := _stem(word)))
 
 
 def with_identifier_parts(text: str) -> str:
