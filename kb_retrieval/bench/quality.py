@@ -182,9 +182,41 @@ def run_setting(
             bar.update()
         bar.close()
         results[set_name] = {name: s.summary() for name, s in scores.items()}
+        if any(not c.relevant for c in cases) and any(c.relevant for c in cases):
+            results[set_name]["lookup_knowledge"]["found_curve"] = found_curve(lookup, cases)
         log(
             f"[{setting.name}] {set_name}: "
             + ", ".join(f"{n} hit@1={m['hit@1']}" for n, m in results[set_name].items())
         )
     lookup.close()
     return results
+
+
+#: evidence_threshold values the found trade-off is measured at (the default, 0.42, among them).
+CURVE_THRESHOLDS = (0.30, 0.34, 0.38, 0.42, 0.46, 0.50, 0.54)
+
+
+def found_curve(lookup: Any, cases: list[Case]) -> list[dict[str, float]]:
+    """The found decision's trade-off on one golden set: at each ``evidence_threshold`` of
+    :data:`CURVE_THRESHOLDS`, the share of answerable cases with found=true and of unanswerable ones with
+    found=false, every case looked up again with that threshold (the retry decision follows it, as in a lookup)."""
+    from kb_retrieval.retrieval.query_transform import EmptyQueryError
+
+    curve = []
+    for threshold in CURVE_THRESHOLDS:
+        at = lookup.with_settings(evidence_threshold=threshold)
+        scores = SystemScores()
+        for case in cases:
+            try:
+                scores.add(case, [], at.lookup(case.query).found)
+            except EmptyQueryError:
+                scores.add(case, [], False)
+        summary = scores.summary()
+        curve.append(
+            {
+                "evidence_threshold": threshold,
+                "answerable_found_true": summary["answerable_found_true"],
+                "no_answer_found_false": summary["no_answer_found_false"],
+            }
+        )
+    return curve

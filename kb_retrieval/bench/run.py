@@ -363,9 +363,39 @@ def write_report(report: dict[str, Any], out_dir: Path) -> None:
                     f"{_strong(m)} | {_excluded(system, m)} |"
                 )
         md.append("")
+    md += _found_curves(report)
     if speed := report.get("speed"):
         md += ["## Speed", "", "```json", json.dumps(speed, indent=2, sort_keys=True), "```", ""]
     (out_dir / "bench.md").write_text("\n".join(md), encoding="utf-8")
+
+
+def _found_curves(report: dict[str, Any]) -> list[str]:
+    """The found decision's trade-off per set with unanswerable cases: answerable found=true against unanswerable
+    found=false, at each evidence_threshold (the default marked)."""
+    md = [
+        "## The found decision: answerable found=true / unanswerable found=false by evidence_threshold",
+        "",
+        "Each case looked up again at each threshold (`KB_EVIDENCE_THRESHOLD`); the default is in bold.",
+        "",
+    ]
+    rows = 0
+    default = Settings.model_fields["evidence_threshold"].default
+    for setting, sets in (report.get("quality") or {}).items():
+        for name, systems in sets.items():
+            if not (curve := systems["lookup_knowledge"].get("found_curve")):
+                continue
+            if not rows:
+                md.append("| setting | golden set | " + " | ".join(_threshold(p, default) for p in curve) + " |")
+                md.append("| --- | --- | " + " | ".join("---:" for _ in curve) + " |")
+            cells = [f"{_fmt(p['answerable_found_true'])} / {_fmt(p['no_answer_found_false'])}" for p in curve]
+            md.append(f"| {setting} | {name} | " + " | ".join(cells) + " |")
+            rows += 1
+    return [*md, ""] if rows else []
+
+
+def _threshold(point: dict[str, float], default: float) -> str:
+    value = f"{point['evidence_threshold']:.2f}"
+    return f"**{value}**" if abs(point["evidence_threshold"] - default) < 1e-9 else value
 
 
 def _excluded(system: str, m: dict[str, Any]) -> str:

@@ -178,3 +178,20 @@ def test_paraphrase_targets_per_setting():
     assert judged["paraphrase_hit@1>=0.62_runbooks"] == {"value": 0.62, "met": True}
     assert judged["paraphrase_hit@1>=0.58_mixed"] == {"value": 0.57, "met": False}
     assert judged["paraphrase_hit@5>=0.88_runbooks"] == {"value": 0.62, "met": False}  # _systems: hit@5 = hit@1
+
+
+def test_found_curve_and_excluded_filters_are_in_the_report(tmp_path):
+    report = copy.deepcopy(REPORT)
+    ours = report["quality"]["runbooks"]["runbooks-alerts-instances"]["lookup_knowledge"]
+    ours["filter_excluded_all_expected"] = 2
+    ours["found_curve"] = [
+        {"evidence_threshold": 0.38, "answerable_found_true": 1.0, "no_answer_found_false": 0.2},
+        {"evidence_threshold": 0.42, "answerable_found_true": 0.95, "no_answer_found_false": 0.5},
+    ]
+    write_report({**report, "targets": targets(report)}, tmp_path)
+    md = (tmp_path / "bench.md").read_text(encoding="utf-8")
+    assert "| setting | golden set | 0.38 | **0.42** |" in md  # the default threshold marked
+    assert "| runbooks | runbooks-alerts-instances | 1.00 / 0.20 | 0.95 / 0.50 |" in md
+    assert "| runbooks-alerts-instances | lookup_knowledge |" in md
+    excluded = [line for line in md.splitlines() if line.startswith("| runbooks-alerts-instances |")]
+    assert excluded[0].endswith("| 2 |") and excluded[1].endswith("| n/a |")  # ours, then a stock retriever
