@@ -46,6 +46,8 @@ DEMO_QUESTIONS = (
     "pods keep restarting with CrashLoopBackOff after a deploy",
     "How do I tune Kafka consumer group rebalancing?",
 )
+#: The question the demo suggests trying next: one the sample KB answers (the demo's own no-answer case is Kafka).
+DEMO_NEXT_QUESTION = "disk full on a node"
 #: Modules of the ``bench`` extra that ``kb-retrieval bench`` needs (the runtime install lacks them).
 BENCH_MODULES = ("matplotlib", "llama_index.retrievers.bm25", "psutil")
 STDIN = "-"
@@ -363,7 +365,7 @@ def demo_next_steps(state_dir: Path) -> str:
     """The three commands a newcomer tries after the demo, pointed at the demo's own state dir."""
     state, command = shlex.quote(state_dir.as_posix()), _command_name()
     steps = [
-        (f'{command} lookup --state-dir {state} "etcd has no leader"', "ask your own question"),
+        (f'{command} lookup --state-dir {state} "{DEMO_NEXT_QUESTION}"', "ask your own question"),
         (f"{command} ingest path/to/your/kb --state-dir .kb-state/mine", "index your own knowledge base"),
         (f'{command} lookup --state-dir .kb-state/mine --full "your question"', "and look it up"),
     ]

@@ -83,6 +83,8 @@ def mask_url(url: str) -> str:
     Example:
         >>> mask_url("postgresql+psycopg://kb@127.0.0.1:5432/db?password=hunter2&sslmode=require")
         'postgresql+psycopg://kb@127.0.0.1:5432/db?password=***&sslmode=require'
+        >>> mask_url("sqlite:////var/lib/kb/traces.db")
+        'sqlite:////var/lib/kb/traces.db'
     """
     try:
         parts = urlsplit(url)
@@ -96,7 +98,14 @@ def mask_url(url: str) -> str:
         f"{name}={MASK}" if value and _secret_parameter(unquote(name)) else f"{name}{eq}{value}"
         for name, eq, value in (item.partition("=") for item in parts.query.split("&"))
     )
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    if (netloc, query) == (parts.netloc, parts.query):
+        return url  # nothing secret: the URL as given
+    masked = urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    if not parts.netloc and url[len(parts.scheme) + 1 :].startswith("//"):
+        # urlunsplit drops an empty authority's "//": sqlite:///x.db (relative) would read sqlite:/x.db, and
+        # sqlite:////abs/x.db (absolute) sqlite://abs/x.db, a host named "abs".
+        masked = f"{parts.scheme}://{masked[len(parts.scheme) + 1 :]}"
+    return masked
 
 
 def mask_secrets(text: str, secrets: list[str] | tuple[str, ...] = ()) -> str:

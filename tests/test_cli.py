@@ -343,6 +343,24 @@ def test_log_lines_are_masked():
     assert _MaskingFormatter("%(message)s").format(record) == "cannot reach http://root:***@db:19530"
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("sqlite:///.kb-state/demo/traces.db", "sqlite:///.kb-state/demo/traces.db"),  # relative: three slashes
+        ("sqlite:////var/lib/kb/traces.db", "sqlite:////var/lib/kb/traces.db"),  # absolute: four
+        ("sqlite:///t.db?password=PW-1", "sqlite:///t.db?password=***"),
+        ("sqlite://", "sqlite://"),
+        ("http://root:PW-2@db:19530", "http://root:***@db:19530"),
+    ],
+)
+def test_masking_keeps_the_url_as_written_but_its_secrets(url, shown):
+    from kb_retrieval.config import mask_secrets, mask_url
+
+    assert mask_url(url) == shown
+    assert mask_secrets(f"rows in {url} (x)") == f"rows in {shown} (x)"
+
+
 # --- issue 14 item 5: the chunk count on a Milvus server --------------------------------------------------------
 
 

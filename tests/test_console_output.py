@@ -11,6 +11,7 @@ import json
 import os
 import pty
 import select
+import shlex
 import shutil
 import subprocess
 import sys
@@ -212,6 +213,9 @@ def test_demo_ends_with_the_next_commands(sample_settings, capsys):
     assert f"lookup --state-dir {sample_settings.state_dir} " in tail[1]
     assert "ingest path/to/your/kb" in tail[2] and "lookup --state-dir .kb-state/mine" in tail[3]
     assert "l1_document:" not in out  # the demo's blocks say why in words too
+    suggested = shlex.split(tail[1].split("  # ")[0])  # the first suggestion, run as printed: it finds evidence
+    assert main([*suggested[1:], "--json", "--mode", "sdk"]) == 0
+    assert json.loads(capsys.readouterr().out)["found"] is True
 
 
 @pytest.mark.unit

@@ -2,8 +2,9 @@
 
     GET  /                  the retrieval-test page (static HTML and JS; content shown as text, never as HTML)
     GET  /healthz           200 with the collection, chunk count and lexical mode; 503 with the reason
-    POST /v1/lookup         {"query": ..., "settings": {...}} -> the JSON ``kb-retrieval lookup --json`` prints
-                            (``Accept: text/plain``: the agent's text, what ``lookup`` prints without ``--json``)
+    POST /v1/lookup         {"query": ..., "filters": {...}, "settings": {...}} -> the JSON ``lookup --json`` prints
+                            (``filters``: a MetadataFilters scope, what ``KnowledgeLookup.lookup`` takes;
+                            ``Accept: text/plain``: the agent's text, what ``lookup`` prints without ``--json``)
     POST /v1/alertmanager   an Alertmanager webhook payload -> one result per alert, in payload order
     GET  /v1/traces         the latest ``tool_invocation`` rows
     POST /mcp               MCP (streamable HTTP): the ``lookup_knowledge`` tool
@@ -35,9 +36,11 @@ from kb_retrieval.indexing.milvus import count_rows
 from kb_retrieval.output import result_json
 from kb_retrieval.result import agent_text
 from kb_retrieval.retrieval.query_check import EmptyQueryError
+from kb_retrieval.retrieval.scope import ScopeFilterError
 from kb_retrieval.service.alertmanager import alert_query
 from kb_retrieval.service.mcp import make_mcp_server
 from kb_retrieval.service.models import (
+    FILTER_KINDS,
     OVERRIDABLE,
     AlertmanagerPayload,
     AlertmanagerResponse,
@@ -165,7 +168,7 @@ def create_app(lookup: KnowledgeLookup, serve: ServeSettings | None = None) -> F
         text, or with ``view=terminal`` (``full``, ``width``) what ``kb-retrieval lookup`` prints for a person."""
         request.scope["state"]["access"]["query"] = body.query
         runner.check_length(body.query)
-        result = await runner.lookup(body.query, body.overrides())
+        result = await runner.lookup(body.query, body.overrides(), filters=body.filters)
         if request.headers.get("accept", "").startswith("text/plain"):
             if view == "terminal":
                 return PlainTextResponse(lookup_text(result, lookup.settings.scoring, full=full, width=width))
@@ -232,7 +235,10 @@ def describe_validation(errors: list[Any]) -> str:
     """Pydantic errors as one line (``where: what``; input values never echoed: they may be alert text)."""
     parts = []
     for item in errors:
-        loc = ".".join(str(p) for p in item.get("loc", ()) if p != "body") or "body"
+        where = list(item.get("loc", ()))
+        # A scope filter's kind tag follows its list index (filters.0.filter.operator): the index names it already.
+        kept = [p for i, p in enumerate(where) if not (p in FILTER_KINDS and i and isinstance(where[i - 1], int))]
+        loc = ".".join(str(p) for p in kept if p != "body") or "body"
         message = str(item.get("msg", "invalid")).removeprefix("Value error, ")
         if item.get("type") == "extra_forbidden":
             message = "unknown field"
@@ -254,6 +260,10 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(EmptyQueryError)
     async def empty_query(_: Request, exc: EmptyQueryError) -> JSONResponse:
         return _error(422, str(exc))
+
+    @app.exception_handler(ScopeFilterError)
+    async def invalid_filters(_: Request, exc: ScopeFilterError) -> JSONResponse:
+        return _error(422, f"invalid filters: {exc}")
 
     @app.exception_handler(QueryTooLongError)
     async def too_long(_: Request, exc: QueryTooLongError) -> JSONResponse:

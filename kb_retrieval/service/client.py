@@ -55,16 +55,28 @@ class LookupClient:
             reason = getattr(exc, "reason", exc)
             raise ServerError(f"cannot reach the kb-retrieval server at {self.base}: {reason}") from None
 
-    def lookup_json(self, query: str) -> dict[str, Any]:
-        """The result JSON of one lookup, as the server sent it (key order kept)."""
-        data: dict[str, Any] = json.loads(self._post("/v1/lookup", {"query": query}, "application/json"))
+    def lookup_json(self, query: str, *, filters: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The result JSON of one lookup, as the server sent it (key order kept).
+
+        ``filters``: the lookup's scope as LlamaIndex's MetadataFilters JSON (``MetadataFilters.model_dump()``), e.g.
+        ``{"filters": [{"key": "category", "value": "mysql", "operator": "=="}]}``; a bad one is a ``ServerError``
+        naming it."""
+        body = _request_body(query, filters)
+        data: dict[str, Any] = json.loads(self._post("/v1/lookup", body, "application/json"))
         return data
 
-    def lookup_text(self, query: str, *, full: bool = False, width: int | None = None) -> str:
-        """What ``kb-retrieval lookup`` prints without ``--json`` for one lookup (the person's view)."""
+    def lookup_text(
+        self, query: str, *, full: bool = False, width: int | None = None, filters: dict[str, Any] | None = None
+    ) -> str:
+        """What ``kb-retrieval lookup`` prints without ``--json`` for one lookup (the person's view); ``filters`` as
+        for :meth:`lookup_json`."""
         params = {"view": "terminal", **({"full": "true"} if full else {}), **({"width": str(width)} if width else {})}
         path = "/v1/lookup?" + urllib.parse.urlencode(params)
-        return self._post(path, {"query": query}, "text/plain").decode("utf-8")
+        return self._post(path, _request_body(query, filters), "text/plain").decode("utf-8")
+
+
+def _request_body(query: str, filters: dict[str, Any] | None) -> dict[str, Any]:
+    return {"query": query, **({"filters": filters} if filters is not None else {})}
 
 
 def _error_text(body: bytes) -> str:

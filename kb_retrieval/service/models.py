@@ -7,12 +7,14 @@ of this module: the server adds nothing to it.
 from __future__ import annotations
 
 import copy
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
+from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, create_model, field_validator
 
 from kb_retrieval.config import KBSettings
 from kb_retrieval.retrieval.query_check import normalize_query
+from kb_retrieval.retrieval.scope import SUPPORTED_OPERATORS
 from kb_retrieval.tool import QUERY_DESCRIPTION
 
 #: Settings a request may change for its own lookup: what a retrieval test compares (how many candidates, the
@@ -49,17 +51,87 @@ LookupOverrides: type[BaseModel] = create_model(  # type: ignore[call-overload]
 )
 
 
+class ScopeFilter(MetadataFilter):
+    """One filter of a request's scope: LlamaIndex's ``MetadataFilter`` (``key``, ``value``, ``operator``, ``==``
+    when left out), refusing a field it does not have and an operator a scope cannot translate."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @field_validator("operator", mode="before")
+    @classmethod
+    def _supported(cls, value: Any) -> Any:
+        name = value.value if isinstance(value, FilterOperator) else value
+        if name not in SUPPORTED_OPERATORS:
+            raise ValueError(f"{name!r} is not supported (supported: {', '.join(SUPPORTED_OPERATORS)})")
+        return value
+
+    @field_validator("value", mode="before")
+    @classmethod
+    def _one_kind(cls, value: Any) -> Any:
+        # LlamaIndex's union of strict types would otherwise answer a wrong value with one error per member.
+        items = value if isinstance(value, list) else [value]
+        kinds = {"string" if isinstance(v, str) else "number" if _is_number(v) else "other" for v in items}
+        if "other" in kinds or len(kinds) > 1:
+            raise ValueError("must be a string, a number, or a list of strings or of numbers")
+        return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+#: The tags telling a filter from a nested group (they show in a validation error's location).
+FILTER_KINDS = ("filter", "group")
+
+
+def _filter_kind(value: Any) -> str:
+    """A nested group has ``filters``, a filter has not (LlamaIndex's JSON carries no type tag): telling them apart
+    first makes an error name the one thing wrong instead of how the input fails every kind."""
+    has_filters = "filters" in value if isinstance(value, dict) else isinstance(value, MetadataFilters)
+    return "group" if has_filters else "filter"
+
+
+class ScopeFilters(MetadataFilters):
+    """A request's scope: LlamaIndex's ``MetadataFilters`` JSON (filters, nested groups, ``condition`` and, or, not),
+    what ``KnowledgeLookup.lookup(query, filters=...)`` takes. A key the collection does not have is refused by the
+    lookup (``ScopeFilterError``), as in process.
+
+    Example:
+        >>> ScopeFilters.model_validate({"filters": [{"key": "category", "value": "mysql"}]}).filters[0].operator
+        <FilterOperator.EQ: '=='>
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    filters: list[  # type: ignore[assignment]  # LlamaIndex's own union, each kind stricter
+        Annotated[
+            Annotated[ScopeFilter, Tag("filter")] | Annotated[ScopeFilters, Tag("group")],
+            Discriminator(_filter_kind),
+        ]
+    ]
+
+
 class LookupRequest(BaseModel):
-    """``POST /v1/lookup``: a query, and setting overrides for this lookup only.
+    """``POST /v1/lookup``: a query, an optional scope and setting overrides for this lookup only.
 
     Example:
         >>> LookupRequest(query="RedisMemoryHigh on cache-01", settings={"max_evidence_blocks": 3}).settings
         LookupOverrides(top_k=None, max_evidence_blocks=3, ...)  # doctest: +SKIP
+        >>> LookupRequest(query="replica lag", filters={"filters": [{"key": "category", "value": "mysql"}]}).filters
+        ScopeFilters(filters=[ScopeFilter(key='category', value='mysql', ...)], ...)  # doctest: +SKIP
     """
 
     model_config = ConfigDict(extra="forbid")
 
     query: str = Field(description=QUERY_DESCRIPTION)
+    filters: ScopeFilters | None = Field(
+        default=None,
+        description="The lookup's scope, as LlamaIndex's MetadataFilters JSON: every Milvus request carries it. Keys: "
+        "the collection's fields (category, source, id) and the metadata keys ingest recorded; operators: "
+        + ", ".join(SUPPORTED_OPERATORS)
+        + "; condition and, or, not; groups nest.",
+        examples=[{"filters": [{"key": "category", "value": "mysql", "operator": "=="}], "condition": "and"}],
+    )
     settings: LookupOverrides | None = Field(  # type: ignore[valid-type]
         default=None, description="Setting overrides for this lookup only (the others are the server's)."
     )

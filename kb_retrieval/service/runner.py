@@ -14,6 +14,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from llama_index.core.vector_stores.types import MetadataFilters
+
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.models import LookupResult
 
@@ -73,13 +75,16 @@ class LookupRunner:
                 self._variants.popitem(last=False)
         return made
 
-    async def lookup(self, query: str, overrides: dict[str, Any] | None = None) -> LookupResult:
-        """One lookup on the pool (the overridden pipeline assembled there too). Raises ``BusyError`` when
-        ``max_pending`` lookups are already admitted, a ``ValidationError`` for an override no setting accepts."""
-        return await self.call(self._lookup, query, overrides or {})
+    async def lookup(
+        self, query: str, overrides: dict[str, Any] | None = None, *, filters: MetadataFilters | None = None
+    ) -> LookupResult:
+        """One lookup on the pool (the overridden pipeline assembled there too), scoped by ``filters``. Raises
+        ``BusyError`` when ``max_pending`` lookups are already admitted, a ``ValidationError`` for an override no
+        setting accepts, a ``ScopeFilterError`` for a filter the collection cannot answer (an unknown key)."""
+        return await self.call(self._lookup, query, overrides or {}, filters)
 
-    def _lookup(self, query: str, overrides: dict[str, Any]) -> LookupResult:
-        return self.variant(overrides).lookup(query)
+    def _lookup(self, query: str, overrides: dict[str, Any], filters: MetadataFilters | None) -> LookupResult:
+        return self.variant(overrides).lookup(query, filters=filters)
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on the pool, admitted like a lookup (health checks and trace reads use it too)."""

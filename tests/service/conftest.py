@@ -36,6 +36,9 @@ Escape every field of the alert before display; the ConsoleMarkupInjection rule 
 REDIS_ALERT = (
     "RedisMemoryHigh: Redis memory usage above 90% of maxmemory on instance redis-cache-01:6379 (current 93.4%)"
 )
+#: A query that reaches several categories unscoped (connection limits: MySQL's and Redis').
+CONNECTIONS = "Too many connections: new clients refused, max clients reached"
+MYSQL_ONLY = {"filters": [{"key": "category", "value": "mysql", "operator": "=="}], "condition": "and"}
 #: Timing fields: they differ between any two runs of the same lookup.
 TIMING_KEYS = ("elapsedMs", "stageMs")
 
@@ -47,6 +50,11 @@ def without_timings(result: dict) -> dict:
     trace["attempts"] = [{k: v for k, v in a.items() if k != "elapsedMs"} for a in trace["attempts"]]
     out["retrievalTrace"] = trace
     return out
+
+
+def categories(result: dict) -> set[str]:
+    """The categories of a result JSON's evidence documents."""
+    return {block["category"] for block in result["evidenceBlocks"]}
 
 
 @pytest.fixture(scope="session")

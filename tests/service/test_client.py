@@ -14,7 +14,7 @@ import pytest
 from kb_retrieval.bench.milvus_server import pick_free_ports
 from kb_retrieval.terminal import lookup_text
 from tests.conftest import REPO
-from tests.service.conftest import REDIS_ALERT, without_timings
+from tests.service.conftest import CONNECTIONS, MYSQL_ONLY, REDIS_ALERT, categories, without_timings
 
 pytestmark = pytest.mark.timeout(600)
 KUBE = "KubePodCrashLooping: Pod payments/payments-api is in waiting state (reason: CrashLoopBackOff)."
@@ -73,6 +73,18 @@ def test_stdin_and_a_queries_file_go_through_the_server(served, tmp_path):
     refused = cli("lookup", "--server", served.url, "--queries", str(bad))
     assert refused.returncode == 2 and refused.stdout == ""  # checked before the first lookup, as in process
     assert f"{bad}:2: query is empty" in refused.stderr
+
+
+def test_the_client_passes_filters(served):
+    from kb_retrieval.service.client import LookupClient, ServerError
+
+    client = LookupClient(served.url)
+    assert categories(client.lookup_json(CONNECTIONS, filters=MYSQL_ONLY)) == {"mysql"}
+    assert len(categories(client.lookup_json(CONNECTIONS))) > 1
+    text = client.lookup_text(CONNECTIONS, filters=MYSQL_ONLY)
+    assert "mysql/too-many-connections.md" in text and "redis/" not in text
+    with pytest.raises(ServerError, match="answered 422: invalid filters: filter key 'team' is not a field"):
+        client.lookup_json(CONNECTIONS, filters={"filters": [{"key": "team", "value": "sre"}]})
 
 
 def test_the_client_loads_nothing_heavy(served):

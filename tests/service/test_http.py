@@ -10,7 +10,7 @@ import pytest
 
 from kb_retrieval.cli import main
 from kb_retrieval.output import result_json
-from tests.service.conftest import HOSTILE_SOURCE, REDIS_ALERT, without_timings
+from tests.service.conftest import CONNECTIONS, HOSTILE_SOURCE, MYSQL_ONLY, REDIS_ALERT, categories, without_timings
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -66,6 +66,67 @@ def test_setting_overrides_apply_to_that_lookup_only(served):
     assert all(entry["ranking"] == {} for entry in plain["rerankTrace"]["entries"])
     again = post(served, "/v1/lookup", {"query": REDIS_ALERT}).json()
     assert len(again["evidenceBlocks"]) > 1 and any(e["ranking"] for e in again["rerankTrace"]["entries"])
+
+
+def test_filters_scope_the_lookup_as_in_process(served, in_process):
+    from llama_index.core.vector_stores import MetadataFilters
+
+    unscoped = post(served, "/v1/lookup", {"query": CONNECTIONS}).json()
+    assert len(categories(unscoped)) > 1, categories(unscoped)
+    response = post(served, "/v1/lookup", {"query": CONNECTIONS, "filters": MYSQL_ONLY})
+    assert response.status_code == 200, response.text
+    scoped = response.json()
+    assert categories(scoped) == {"mysql"}
+    assert scoped["evidenceBlocks"][0]["source"] == "mysql/too-many-connections.md"
+    here = in_process.lookup(CONNECTIONS, filters=MetadataFilters.model_validate(MYSQL_ONLY)).to_json_dict()
+    assert without_timings(scoped) == without_timings(here)
+    # Nested, with the default operator (==), in, != and contains on a frontmatter list: redis or mysql documents,
+    # less the one Redis runbook the query finds first, or any document whose entities name kubectl.
+    redis_first = next(b["source"] for b in unscoped["evidenceBlocks"] if b["category"] == "redis")
+    nested = {
+        "condition": "or",
+        "filters": [
+            {
+                "filters": [
+                    {"key": "category", "value": ["mysql", "redis"], "operator": "in"},
+                    {"key": "source", "value": redis_first, "operator": "!="},
+                ]
+            },
+            {"key": "entities", "value": "kubectl", "operator": "contains"},
+        ],
+    }
+    response = post(served, "/v1/lookup", {"query": CONNECTIONS, "filters": nested})
+    assert response.status_code == 200, response.text
+    sources = [block["source"] for block in response.json()["evidenceBlocks"]]
+    assert sources and redis_first not in sources
+    here = in_process.lookup(CONNECTIONS, filters=MetadataFilters.model_validate(nested)).to_json_dict()
+    assert without_timings(response.json()) == without_timings(here)
+
+
+def test_bad_filters_are_422_naming_what_is_wrong(served):
+    def refused(filters: object, *fragments: str) -> str:
+        return assert_error(post(served, "/v1/lookup", {"query": CONNECTIONS, "filters": filters}), 422, *fragments)
+
+    one = {"key": "category", "value": "mysql"}
+    supported = "(supported: ==, !=, >, >=, <, <=, in, nin, contains)"
+    refused(
+        {"filters": [{**one, "operator": "like"}]}, "filters.filters.0.operator: 'like' is not supported", supported
+    )
+    refused(
+        {"filters": [one, {"filters": [{**one, "operator": "text_match"}]}]}, "filters.filters.1.filters.0.operator"
+    )
+    refused(
+        {"filters": [{"key": "team", "value": "sre"}]},
+        "invalid filters: filter key 'team' is not a field of the collection (known: ",
+        "category",
+    )
+    refused({"filters": [{**one, "operator": ">"}]}, "filter 'category' >: needs a number, got 'mysql'")
+    refused({"filters": [{**one, "operatr": "=="}]}, "filters.filters.0.operatr: unknown field")
+    refused({"filters": [{"key": "category"}]}, "filters.filters.0.value: Field required")
+    refused({"filters": [{"key": "category", "value": {"$ne": 1}}]}, "filters.filters.0.value: must be a string")
+    refused({"filters": [one], "condition": "xor"}, "filters.condition")
+    refused({"filters": "category=mysql"}, "filters.filters")
+    refused("category == mysql", "filters")
 
 
 def test_bad_requests_are_4xx_with_a_one_line_message(served):

@@ -86,3 +86,32 @@ def test_overrides_are_the_settings_own_types_and_limits():
             LookupRequest(query="q", settings=bad)
     with pytest.raises(ValidationError, match="query is empty"):
         LookupRequest(query=" \x00 ")
+
+
+def test_a_request_scope_is_a_llamaindex_metadatafilters_the_scope_translates():
+    from llama_index.core.vector_stores import MetadataFilters
+
+    from kb_retrieval.retrieval.scope import scope_expr
+    from kb_retrieval.service.models import LookupRequest
+
+    filters = LookupRequest(
+        query="q",
+        filters={
+            "condition": "or",
+            "filters": [
+                {"key": "category", "value": "mysql"},
+                {"filters": [{"key": "priority", "value": 2, "operator": ">="}], "condition": "not"},
+            ],
+        },
+    ).filters
+    assert isinstance(filters, MetadataFilters) and isinstance(filters.filters[1], MetadataFilters)
+    expr = scope_expr(filters, scalar={"category": "category"}, json_field="metadata", json_keys={"priority"})
+    assert expr == 'category == "mysql" or (not (metadata["priority"] >= 2))'
+    for bad in (
+        {"filters": [{"key": "category", "value": "x", "operator": "text_match"}]},  # LlamaIndex's, not a scope's
+        {"filters": [{"key": "category", "value": "x", "extra": 1}]},
+        {"filters": [{"key": "category", "value": ["x", 1]}]},
+        {"filters": [{"key": "category", "value": True}]},
+    ):
+        with pytest.raises(ValidationError):
+            LookupRequest(query="q", filters=bad)
