@@ -45,6 +45,16 @@ def test_a_filter_to_one_category_returns_only_it_on_every_attempt(sample_lookup
     assert sample_lookup.lookup(ALERT).evidence_blocks[0].source == "redis/memory-usage-high.md"
 
 
+def test_a_scope_that_holds_no_document_is_an_empty_answer_not_an_outage(sample_lookup):
+    """The unfiltered search of a known collection that answers nothing is an outage (issue 23), unless a caller's
+    scope narrowed it: a team with no documents gets no evidence, and the knowledge base is not called down."""
+    nobody = MetadataFilters(filters=[MetadataFilter(key="category", value="no-such-team")])
+    result = sample_lookup.lookup(ALERT, filters=nobody)
+    assert not result.found
+    assert result.evidence_status == "no_evidence"
+    assert [a.outcome for a in result.retrieval_trace.attempts] == ["no_candidates", "no_candidates"]
+
+
 def test_exact_identifier_and_bm25_hits_stay_inside_the_scope(sample_lookup):
     # 'RedisMemoryHigh' is a rare identifier (an exact-identifier candidate) and a strong BM25 term of redis pages.
     scope = MetadataFilters(filters=[MetadataFilter(key="category", value=["linux", "mysql"], operator="in")])

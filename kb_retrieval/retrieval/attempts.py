@@ -188,8 +188,10 @@ class AttemptRunner:
             trace.error = f"{type(exc).__name__}: {str(exc)[:500]}"
             trace.elapsed_ms = round((time.perf_counter() - t0) * 1000, 3)
             return AttemptResult(trace)
-        if not search.candidates and category is None and known_documents:
-            trace.outcome = "error"  # Milvus answered, but not from the rows it holds: not an empty answer
+        if not search.candidates and category is None and query.scope is None and known_documents:
+            # Milvus answered, but not from the rows it holds: not an empty answer. (A caller's scope may hold no
+            # document at all: its empty search is an empty answer.)
+            trace.outcome = "error"
             trace.error = (
                 f"the unfiltered search answered no candidates although the collection holds {known_documents} "
                 "documents (still loading after a restart, or released?)"
