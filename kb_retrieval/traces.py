@@ -521,7 +521,7 @@ def _create_private(path: Path) -> None:
 def _storable(value: Any) -> Any:
     """``value`` (JSON details) with lone surrogates, which no database stores, replaced by U+FFFD."""
     if isinstance(value, str):
-        return _SURROGATE.sub("\ufffd", value)
+        return value if value.isascii() else _SURROGATE.sub("\ufffd", value)  # most are ASCII: no surrogate
     if isinstance(value, dict):
         return {key: _storable(item) for key, item in value.items()}
     if isinstance(value, list):
