@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from enum import Enum
+from functools import lru_cache
 from typing import Any
 
 from llama_index.core.schema import NodeWithScore, TextNode
@@ -71,6 +72,13 @@ class HitReason(BaseModel, frozen=True):
         return f"{self.kind.value}:{self.detail}"
 
 
+@lru_cache(maxsize=4096)
+def hit_reason(kind: HitKind, detail: str) -> HitReason:
+    """``HitReason(kind=kind, detail=detail)``, one shared object per pair: a hit reason is frozen, and the same
+    ones (a similarity to three decimals, a matched keyword) recur on every lookup."""
+    return HitReason(kind=kind, detail=detail)
+
+
 class Boost(str, Enum):
     """Named rerank contributions, as the rerank trace records them."""
 
@@ -121,6 +129,11 @@ class StageData(BaseModel):
     notes: list[str] = Field(
         default_factory=list, description="What a stage could not do for this node, and why (e.g. no vectors)."
     )
+
+
+def rank_key(node: NodeWithScore) -> tuple[float, str]:
+    """The order every stage leaves its nodes in: best score first, ties by node id."""
+    return -(node.score or 0.0), node.node.node_id
 
 
 def candidate_node(candidate: Candidate, **stage: object) -> NodeWithScore:
