@@ -21,7 +21,7 @@ from enum import Enum
 from functools import lru_cache
 from typing import Any
 
-from llama_index.core.schema import NodeWithScore, TextNode
+from llama_index.core.schema import BaseNode, NodeWithScore, TextNode
 from pydantic import BaseModel, Field
 
 from kb_retrieval.models import Candidate, DocumentSection, ScoreLabel
@@ -213,7 +213,7 @@ def stage_of(node: NodeWithScore) -> StageData:
     its content is the node's text, so a postprocessor that replaced the text is seen.
     """
     raw = node.node.metadata.get(STAGE_KEY)
-    content = node.node.get_content()
+    content = _content(node.node)
     if isinstance(raw, _StageJSON):
         typed = raw.typed
         if typed.candidate.content != content:
@@ -224,6 +224,12 @@ def stage_of(node: NodeWithScore) -> StageData:
         data["candidate"] = {**raw["candidate"], "content": content}
         return StageData.model_validate(data)
     return StageData(candidate=external_candidate(node))
+
+
+def _content(inner: BaseNode) -> str:
+    """``inner.get_content()``: a node class that keeps TextNode's returns its text, read here directly (stage data
+    is read several times per node and stage)."""
+    return inner.text if type(inner).get_content is TextNode.get_content else inner.get_content()  # type: ignore[attr-defined]
 
 
 def external_candidate(node: NodeWithScore) -> Candidate:
