@@ -292,12 +292,16 @@ class KnowledgeLookup:
         """Run one lookup and record it. Raises ``EmptyQueryError`` for an empty query; never for retrieval.
 
         ``filters``: a LlamaIndex ``MetadataFilters`` scope (e.g. a team or tenant key) on every Milvus request."""
-        return self.lookup_detailed(query, filters=filters).result
+        return self._lookup(query, filters).result
 
     @dispatcher.span
     def lookup_detailed(self, query: str, *, filters: MetadataFilters | None = None) -> LookupDetails:
         """The result, the document-level ranking it came from (one candidate per source, best first: the selected
         attempt's, or the last attempt's when none was usable) and the comparison run beside it."""
+        return self._lookup(query, filters)
+
+    def _lookup(self, query: str, filters: MetadataFilters | None) -> LookupDetails:
+        """The pipeline, under the span of the face that called it (``lookup`` or ``lookup_detailed``: one each)."""
         scope = self.scope_expr(filters)
         started = time.perf_counter()
         deadline = Deadline.after(self.settings.lookup_timeout_s)

@@ -68,10 +68,9 @@ class StaticEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """An (n, dim) float32 array of unit rows."""
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        top = len(self.table) - 1
         for row, encoding in enumerate(self.tokenizer.encode_batch(list(texts), add_special_tokens=False)):
-            if encoding.ids:
-                out[row] = self.table[np.clip(np.asarray(encoding.ids), 0, top)].mean(axis=0)
+            if encoding.ids:  # an id past the table takes its last row ("clip")
+                out[row] = np.take(self.table, encoding.ids, axis=0, mode="clip").mean(axis=0)
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return out / np.where(norms == 0, 1.0, norms)
 

@@ -3,6 +3,9 @@
 Each included block is a header (source, title, breadcrumb, hit reasons: never truncated) and its content
 (truncated to what the budget leaves). A block whose header no longer fits is omitted whole. The summary lists the
 included, truncated and omitted sources. Tokens are counted with the same approximate counter as the chunker.
+A text's count is the sum of its parts' counts wherever whitespace joins them (no token spans whitespace), so a
+document's renderings are counted from its sections' counts, and a section's text, the same on every lookup, is
+counted once per process (:func:`section_tokens`), not again for every rendering tried.
 
 A block that carries its document's sections (small-to-big) is packed by rank: the first document whole when it
 fits, else its matched sections and then its other sections in document order as they fit; each later document its
@@ -16,6 +19,8 @@ Example:
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from llama_index.core.instrumentation import get_dispatcher
 
 from kb_retrieval.knowledge.text import count_tokens, truncate_to_tokens
@@ -26,30 +31,46 @@ TRUNCATION_MARK = " [...]"
 MATCHED_MARK = " (matched)"
 
 
+def _heading(section: DocumentSection) -> str:
+    return f"### {section.breadcrumb or '(untitled section)'}{MATCHED_MARK if section.matched else ''}"
+
+
 def render_sections(sections: list[DocumentSection]) -> str:
     """Sections as text in the order given: a heading line (the breadcrumb, marked when matched), then the text."""
-    parts = []
-    for section in sections:
-        heading = f"### {section.breadcrumb or '(untitled section)'}{MATCHED_MARK if section.matched else ''}"
-        parts.append(f"{heading}\n{section.content}")
-    return "\n\n".join(parts)
+    return "\n\n".join(f"{_heading(section)}\n{section.content}" for section in sections)
 
 
-def _document_content(block: EvidenceBlock, rank: int, room: int) -> tuple[str, int]:
-    """The block's text for ``room`` tokens, and how many unmatched sections it leaves out."""
+#: Token counts of texts met again and again (section and chunk contents, headings), by text; bounded.
+_text_tokens = lru_cache(maxsize=8192)(count_tokens)
+
+
+def section_tokens(section: DocumentSection) -> int:
+    """The tokens of ``section`` as :func:`render_sections` renders it: its heading's and its content's (the line
+    break between them, like the blank line between sections, is no token).
+
+    Example:
+        >>> s = DocumentSection(breadcrumb="Redis > Fix", content="Raise maxmemory.", position=0)
+        >>> section_tokens(s) == count_tokens(render_sections([s]))
+        True
+    """
+    return _text_tokens(_heading(section)) + _text_tokens(section.content)
+
+
+def _document_content(block: EvidenceBlock, rank: int, room: int) -> tuple[str, int, int]:
+    """The block's text for ``room`` tokens, its token count, and how many unmatched sections it leaves out."""
     sections = block.sections
-    whole = render_sections(sections)
-    if rank == 0 and count_tokens(whole) <= room:
-        return whole, 0
-    chosen = [s for s in sections if s.matched]
+    tokens = [section_tokens(s) for s in sections]
+    if rank == 0 and sum(tokens) <= room:
+        return render_sections(sections), sum(tokens), 0
+    chosen = [i for i, s in enumerate(sections) if s.matched]
+    used = sum(tokens[i] for i in chosen)
     if rank == 0:  # the top document: its other sections in document order while they fit
-        for section in sections:
-            if not section.matched:
-                trial = sorted([*chosen, section], key=lambda x: x.position)
-                if count_tokens(render_sections(trial)) <= room:
-                    chosen = trial
-    chosen.sort(key=lambda x: x.position)
-    return render_sections(chosen), sum(1 for s in sections if not s.matched and s not in chosen)
+        for i, section in enumerate(sections):
+            if not section.matched and used + tokens[i] <= room:
+                chosen.append(i)
+                used += tokens[i]
+    picked = sorted((sections[i] for i in chosen), key=lambda x: x.position)
+    return render_sections(picked), used, sum(1 for s in sections if not s.matched and s not in picked)
 
 
 def block_header(index: int, block: EvidenceBlock | PackedBlock) -> str:
@@ -86,15 +107,18 @@ def pack_context(
             continue
         content = block.content
         if block.sections:
-            content, left_out = _document_content(block, len(packed), room)
+            content, content_tokens, left_out = _document_content(block, len(packed), room)
             if left_out:
                 sections_left_out[block.source] = left_out
-        is_cut = count_tokens(content) > room
+        else:
+            content_tokens = _text_tokens(content)
+        is_cut = content_tokens > room
         if is_cut:
             content = truncate_to_tokens(content, room - mark_tokens) + TRUNCATION_MARK
+            content_tokens = count_tokens(content)
             truncated.append(block.source)
         text = header + content
-        used += count_tokens(text)
+        used += header_tokens + content_tokens  # the header ends with a line break: no token spans the two
         texts.append(text)
         packed.append(
             PackedBlock(

@@ -16,7 +16,7 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 from pydantic import Field
 
-from kb_retrieval.retrieval.stage import Boost, HitKind, RerankRecord, StageData, stage_of, write_stage
+from kb_retrieval.retrieval.stage import Boost, HitKind, RerankRecord, StageData, rank_key, stage_of, write_stage
 
 
 class SourceDeduplicator(BaseNodePostprocessor):
@@ -51,7 +51,7 @@ class SourceDeduplicator(BaseNodePostprocessor):
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
         kept: dict[str, tuple[NodeWithScore, StageData]] = {}
-        for node in sorted(nodes, key=lambda n: (-(n.score or 0.0), n.node.node_id)):
+        for node in sorted(nodes, key=rank_key):
             stage = stage_of(node)
             source = stage.candidate.source
             if source not in kept:
@@ -83,4 +83,4 @@ class SourceDeduplicator(BaseNodePostprocessor):
                 stage.rerank.boosts[Boost.DOC_FOCUS.value] = boost
                 node.score = round((node.score or 0.0) + boost, 6)
             write_stage(node, stage)
-        return sorted((n for n, _ in kept.values()), key=lambda n: (-(n.score or 0.0), n.node.node_id))
+        return sorted((n for n, _ in kept.values()), key=rank_key)

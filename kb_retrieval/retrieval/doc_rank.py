@@ -58,7 +58,16 @@ from kb_retrieval.indexing.doc_vectors import DocumentVectors
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.retrieval.events import reranking
 from kb_retrieval.retrieval.runtime import cannot, known_source
-from kb_retrieval.retrieval.stage import Boost, HitKind, HitReason, RerankRecord, StageData, stage_of, write_stage
+from kb_retrieval.retrieval.stage import (
+    Boost,
+    HitKind,
+    HitReason,
+    RerankRecord,
+    StageData,
+    rank_key,
+    stage_of,
+    write_stage,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +76,8 @@ L0_BOOSTS = frozenset(
     b.value
     for b in (Boost.L0_TITLE, Boost.L0_KEYWORD, Boost.L0_ENTITY, Boost.L0_CATEGORY, Boost.BREADCRUMB, Boost.CONTENT)
 )
+_LEXICAL, _TITLE_TERMS = Boost.LEXICAL.value, Boost.TITLE_TERMS.value
+_DOC_FOCUS, _EXACT_MATCH = Boost.DOC_FOCUS.value, Boost.EXACT_MATCH.value
 
 
 class DocumentRanker(BaseNodePostprocessor):
@@ -158,7 +169,8 @@ class DocumentRanker(BaseNodePostprocessor):
             return nodes
         staged = self._staged(nodes)
         for _, stage in staged:
-            stage.candidate = known_source(stage.candidate, self._roots)
+            if (known := known_source(stage.candidate, self._roots)) is not stage.candidate:
+                stage.candidate = known
         query_text = query_bundle.query_str if query_bundle is not None else None
         sims = vectors.similarities(embedding, [s.candidate.source for _, s in staged], query_text)
         if missing := [(n, s) for n, s in staged if s.candidate.source not in sims]:
@@ -186,13 +198,13 @@ class DocumentRanker(BaseNodePostprocessor):
                 "doc_static": static,
                 "doc_static_title": static_title,
                 "chunk": record.base_score,
-                "lexical": boosts.get(Boost.LEXICAL.value, 0.0),
-                "title_terms": boosts.get(Boost.TITLE_TERMS.value, 0.0),
+                "lexical": boosts.get(_LEXICAL, 0.0),
+                "title_terms": boosts.get(_TITLE_TERMS, 0.0),
                 "l0": sum(v for k, v in boosts.items() if k in L0_BOOSTS),
-                "doc_focus": boosts.get(Boost.DOC_FOCUS.value, 0.0),
-                "exact_match": boosts.get(Boost.EXACT_MATCH.value, 0.0),
+                "doc_focus": boosts.get(_DOC_FOCUS, 0.0),
+                "exact_match": boosts.get(_EXACT_MATCH, 0.0),
             }
-            record.ranking = {k: round(w.get(k, 0.0) * v, 6) for k, v in signals.items() if w.get(k, 0.0) and v}
+            record.ranking = {k: round(wk * v, 6) for k, v in signals.items() if v and (wk := w.get(k, 0.0))}
             detail = f"title {title:.3f} summary {summary:.3f} text {text:.3f}"
             if vectors.static_model is not None:
                 detail += f" static {static:.3f}"
@@ -201,7 +213,7 @@ class DocumentRanker(BaseNodePostprocessor):
             record.hit_reasons.append(HitReason(kind=HitKind.L1_DOCUMENT, detail=detail))
             node.score = round(sum(record.ranking.values()), 6)
             write_stage(node, stage)
-        return sorted(nodes, key=lambda n: (-(n.score or 0.0), n.node.node_id))
+        return sorted(nodes, key=rank_key)
 
     @staticmethod
     def _staged(nodes: list[NodeWithScore]) -> list[tuple[NodeWithScore, StageData]]:

@@ -7,7 +7,7 @@ from llama_index.core.schema import NodeWithScore
 
 from kb_retrieval.models import EvidenceBlock
 from kb_retrieval.retrieval.context_pack import render_sections
-from kb_retrieval.retrieval.stage import HitKind, HitReason, stage_of
+from kb_retrieval.retrieval.stage import HitKind, HitReason, StageData, stage_of
 
 dispatcher = get_dispatcher(__name__)
 
@@ -32,7 +32,8 @@ def build_evidence_blocks(
 
     A block's layer is ``L0+L1`` when an L0 hint contributed to it, else ``L1``.
     """
-    passing = [_is_evidence(node, evidence_threshold) for node in nodes]
+    stages = [stage_of(node) for node in nodes]
+    passing = [_is_evidence(node, stage, evidence_threshold) for node, stage in zip(nodes, stages, strict=True)]
     if True not in passing:
         return []
     first = passing.index(True)
@@ -40,8 +41,7 @@ def build_evidence_blocks(
     chosen = list(range(lead)) + [i for i in range(first, len(nodes)) if passing[i]]
     blocks: list[EvidenceBlock] = []
     for i in chosen[:max_blocks]:
-        node = nodes[i]
-        stage = stage_of(node)
+        node, stage = nodes[i], stages[i]
         record = stage.rerank
         reasons = list(record.hit_reasons) if record is not None else []
         if not passing[i]:
@@ -49,7 +49,7 @@ def build_evidence_blocks(
                 HitReason(
                     kind=HitKind.L1_RANK,
                     detail=f"ranked {i + 1}, above the first evidence at rank {first + 1} "
-                    f"(evidence score {_evidence_score(node):.3f} < {evidence_threshold:.3f})",
+                    f"(evidence score {_evidence_score(node, stage):.3f} < {evidence_threshold:.3f})",
                 )
             )
         candidate = stage.candidate
@@ -71,11 +71,11 @@ def build_evidence_blocks(
     return blocks
 
 
-def _evidence_score(node: NodeWithScore) -> float:
-    record = stage_of(node).rerank
+def _evidence_score(node: NodeWithScore, stage: StageData) -> float:
+    record = stage.rerank
     return record.evidence_score if record is not None else float(node.score or 0.0)
 
 
-def _is_evidence(node: NodeWithScore, evidence_threshold: float) -> bool:
+def _is_evidence(node: NodeWithScore, stage: StageData, evidence_threshold: float) -> bool:
     """At the threshold, or holding a rare exact identifier of the query (that is evidence of its own)."""
-    return _evidence_score(node) >= evidence_threshold or bool(stage_of(node).exact_terms)
+    return _evidence_score(node, stage) >= evidence_threshold or bool(stage.exact_terms)

@@ -30,7 +30,7 @@ from kb_retrieval.models import DocumentSection
 from kb_retrieval.retrieval.filters import in_expr
 from kb_retrieval.retrieval.hybrid import LookupQuery
 from kb_retrieval.retrieval.runtime import cannot
-from kb_retrieval.retrieval.stage import HitKind, HitReason, StageData, stage_of, write_stage
+from kb_retrieval.retrieval.stage import HitKind, StageData, hit_reason, stage_of, write_stage
 
 log = logging.getLogger(__name__)
 
@@ -181,10 +181,14 @@ def _marked(sections: list[DocumentSection], stage: StageData) -> list[DocumentS
         reasons[best.position] = [str(r) for r in record.hit_reasons] if record else []
     for other in stage.sections:
         if other.position is not None and other.position not in reasons:
-            reasons[other.position] = [str(HitReason(kind=HitKind.L1_SEMANTIC, detail=f"{other.similarity:.3f}"))]
+            reasons[other.position] = [str(hit_reason(HitKind.L1_SEMANTIC, f"{other.similarity:.3f}"))]
     return [
-        section.model_copy(
-            update={"matched": section.position in reasons, "hit_reasons": reasons.get(section.position, [])}
+        DocumentSection(
+            breadcrumb=section.breadcrumb,
+            content=section.content,
+            position=section.position,
+            matched=section.position in reasons,
+            hit_reasons=reasons.get(section.position, []),
         )
         for section in sections
     ]

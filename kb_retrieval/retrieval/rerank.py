@@ -49,10 +49,25 @@ from kb_retrieval.retrieval.events import reranking
 from kb_retrieval.retrieval.hybrid import LookupQuery
 from kb_retrieval.retrieval.l0_hints import L0HintProvider
 from kb_retrieval.retrieval.runtime import cannot, known_source
-from kb_retrieval.retrieval.stage import RANKING_ONLY, Boost, HitKind, HitReason, RerankRecord, stage_of, write_stage
+from kb_retrieval.retrieval.stage import (
+    RANKING_ONLY,
+    Boost,
+    HitKind,
+    HitReason,
+    RerankRecord,
+    hit_reason,
+    rank_key,
+    stage_of,
+    write_stage,
+)
 
 dispatcher = get_dispatcher(__name__)
 log = logging.getLogger(__name__)
+
+
+#: Boost names as the records key them, looked up once rather than per candidate.
+_EXACT_MATCH, _LEXICAL, _TITLE_TERMS = Boost.EXACT_MATCH.value, Boost.LEXICAL.value, Boost.TITLE_TERMS.value
+_RANKING_ONLY = frozenset(b.value for b in RANKING_ONLY)
 
 
 def _phrases(items: list[str]) -> list[tuple[str, ...]]:
@@ -142,34 +157,39 @@ class RuleReranker(BaseNodePostprocessor):
         entities = {tuple(words(e)) for e in hints.entities}
         domains = {d.lower() for d in hints.domains}
         signals = _phrases(hints.matched_keywords + hints.entities)
+        exact_weight = self.boosts.get(Boost.EXACT_MATCH.value, 0.0)
         for node in nodes:
             stage = stage_of(node)
-            candidate = stage.candidate = self._known(stage.candidate)
+            candidate = self._known(stage.candidate)
+            if candidate is not stage.candidate:
+                stage.candidate = candidate
             applied, reasons = self._signals(candidate, hints, titles, keywords, entities, domains, signals)
-            if stage.exact_terms and (weight := self.boosts.get(Boost.EXACT_MATCH.value, 0.0)) > 0:
-                applied[Boost.EXACT_MATCH.value] = round(weight / (stage.exact_df or 1), 6)
-                reasons += [HitReason(kind=HitKind.EXACT_MATCH, detail=t) for t in stage.exact_terms]
+            if stage.exact_terms and exact_weight > 0:
+                applied[_EXACT_MATCH] = round(exact_weight / (stage.exact_df or 1), 6)
+                reasons += [hit_reason(HitKind.EXACT_MATCH, t) for t in stage.exact_terms]
             if (lexical := stage.lexical_score) is not None and self.lexical_weight > 0:
-                applied[Boost.LEXICAL.value] = round(self.lexical_weight * lexical, 6)
-                reasons.append(HitReason(kind=HitKind.LEXICAL_BM25, detail=f"{lexical:.3f}"))
+                applied[_LEXICAL] = round(self.lexical_weight * lexical, 6)
+                reasons.append(hit_reason(HitKind.LEXICAL_BM25, f"{lexical:.3f}"))
             base = candidate.similarity
             node.score = round(base + sum(applied.values()), 6)
             stage.rerank = RerankRecord(
                 base_score=round(base, 6),
                 # What evidence usability is judged on: BM25 is relative to the query's best hit and title terms
                 # are partial word overlap, so they rank candidates but say nothing about whether any answers.
-                evidence_score=round(base + sum(v for k, v in applied.items() if k not in RANKING_ONLY), 6),
+                evidence_score=round(base + sum(v for k, v in applied.items() if k not in _RANKING_ONLY), 6),
                 boosts=applied,
-                hit_reasons=[HitReason(kind=HitKind.L1_SEMANTIC, detail=f"{base:.3f}"), *reasons],
+                hit_reasons=[hit_reason(HitKind.L1_SEMANTIC, f"{base:.3f}"), *reasons],
             )
             write_stage(node, stage)
-        return sorted(nodes, key=lambda n: (-(n.score or 0.0), n.node.node_id))
+        return sorted(nodes, key=rank_key)
 
     def _known(self, c: Candidate) -> Candidate:
         """A stock node of a document the L0 index knows gets that document's title, keywords, entities, category
         (and, under a recorded root, the document's source id)."""
+        if c.path != "external":  # the pipeline's own candidates carry all of it
+            return c
         c = known_source(c, self._roots)
-        if c.path != "external" or self.l0 is None or (entry := self.l0.index.documents.get(c.source)) is None:
+        if self.l0 is None or (entry := self.l0.index.documents.get(c.source)) is None:
             return c
         return c.model_copy(
             update={
@@ -195,11 +215,11 @@ class RuleReranker(BaseNodePostprocessor):
 
         def add(boost: Boost, kind: HitKind, detail: str) -> None:
             applied[boost.value] = self.boosts.get(boost.value, 0.0)
-            reasons.append(HitReason(kind=kind, detail=detail))
+            reasons.append(hit_reason(kind, detail))
 
         if (coverage := hints.title_coverage.get(c.source)) is not None:
-            applied[Boost.TITLE_TERMS.value] = round(self.boosts.get(Boost.TITLE_TERMS.value, 0.0) * coverage, 6)
-            reasons.append(HitReason(kind=HitKind.L0_TITLE_TERMS, detail=f"{coverage:.2f}"))
+            applied[_TITLE_TERMS] = round(self.boosts.get(_TITLE_TERMS, 0.0) * coverage, 6)
+            reasons.append(hit_reason(HitKind.L0_TITLE_TERMS, f"{coverage:.2f}"))
         if c.title and c.title.lower() in titles:
             add(Boost.L0_TITLE, HitKind.L0_TITLE, c.title)
         if keywords and (hit := next((k for k in c.keywords if tuple(words(k)) in keywords), None)):

@@ -18,9 +18,10 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from enum import Enum
+from functools import lru_cache
 from typing import Any
 
-from llama_index.core.schema import NodeWithScore, TextNode
+from llama_index.core.schema import BaseNode, NodeWithScore, TextNode
 from pydantic import BaseModel, Field
 
 from kb_retrieval.models import Candidate, DocumentSection, ScoreLabel
@@ -69,6 +70,13 @@ class HitReason(BaseModel, frozen=True):
 
     def __str__(self) -> str:
         return f"{self.kind.value}:{self.detail}"
+
+
+@lru_cache(maxsize=4096)
+def hit_reason(kind: HitKind, detail: str) -> HitReason:
+    """``HitReason(kind=kind, detail=detail)``, one shared object per pair: a hit reason is frozen, and the same
+    ones (a similarity to three decimals, a matched keyword) recur on every lookup."""
+    return HitReason(kind=kind, detail=detail)
 
 
 class Boost(str, Enum):
@@ -121,6 +129,11 @@ class StageData(BaseModel):
     notes: list[str] = Field(
         default_factory=list, description="What a stage could not do for this node, and why (e.g. no vectors)."
     )
+
+
+def rank_key(node: NodeWithScore) -> tuple[float, str]:
+    """The order every stage leaves its nodes in: best score first, ties by node id."""
+    return -(node.score or 0.0), node.node.node_id
 
 
 def candidate_node(candidate: Candidate, **stage: object) -> NodeWithScore:
@@ -200,7 +213,7 @@ def stage_of(node: NodeWithScore) -> StageData:
     its content is the node's text, so a postprocessor that replaced the text is seen.
     """
     raw = node.node.metadata.get(STAGE_KEY)
-    content = node.node.get_content()
+    content = _content(node.node)
     if isinstance(raw, _StageJSON):
         typed = raw.typed
         if typed.candidate.content != content:
@@ -211,6 +224,12 @@ def stage_of(node: NodeWithScore) -> StageData:
         data["candidate"] = {**raw["candidate"], "content": content}
         return StageData.model_validate(data)
     return StageData(candidate=external_candidate(node))
+
+
+def _content(inner: BaseNode) -> str:
+    """``inner.get_content()``: a node class that keeps TextNode's returns its text, read here directly (stage data
+    is read several times per node and stage)."""
+    return inner.text if type(inner).get_content is TextNode.get_content else inner.get_content()  # type: ignore[attr-defined]
 
 
 def external_candidate(node: NodeWithScore) -> Candidate:

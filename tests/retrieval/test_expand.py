@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from kb_retrieval.knowledge.text import count_tokens
 from kb_retrieval.models import DocumentSection, EvidenceBlock
-from kb_retrieval.retrieval.context_pack import MATCHED_MARK, pack_context, render_sections
+from kb_retrieval.retrieval.context_pack import MATCHED_MARK, pack_context, render_sections, section_tokens
 
 ALERT = "KubeContainerOOMKilled namespace=payments pod=api-1"
 
@@ -68,3 +71,35 @@ def test_expansion_can_be_switched_off(sample_lookup):
     plain = sample_lookup.with_settings(expand_documents=False).lookup(ALERT)
     assert plain.evidence_blocks[0].sections == []
     assert "### " not in plain.context_pack.blocks[0].content
+
+
+_text = st.text(alphabet=st.characters(codec="utf-8", categories=["L", "M", "N", "P", "S", "Z"]), max_size=120)
+_section_lists = st.lists(
+    st.builds(
+        DocumentSection,
+        breadcrumb=st.one_of(st.none(), _text),
+        content=_text,
+        position=st.just(0),
+        matched=st.booleans(),
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(sections=_section_lists)
+def test_property_a_rendering_counts_as_its_sections(sections: list[DocumentSection]) -> None:
+    """The pack counts a document from its sections' counts: exact, since no token spans the line breaks between."""
+    sections = [s.model_copy(update={"position": i}) for i, s in enumerate(sections)]
+    assert count_tokens(render_sections(sections)) == sum(section_tokens(s) for s in sections)
+
+
+@settings(max_examples=200, deadline=None)
+@given(documents=st.lists(_section_lists, min_size=1, max_size=4), budget=st.integers(min_value=64, max_value=900))
+def test_property_documents_pack_within_the_budget(documents: list[list[DocumentSection]], budget: int) -> None:
+    blocks = [
+        _block(f"doc{d}.md", [s.model_copy(update={"position": i}) for i, s in enumerate(sections)])
+        for d, sections in enumerate(documents)
+    ]
+    pack = pack_context(blocks, budget_tokens=budget)
+    assert count_tokens(pack.text) == pack.summary.used_tokens <= budget  # counted from the sections, exactly

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from kb_retrieval.config import Settings
-from kb_retrieval.retrieval.l1.memory import Bm25Postings, analyse, choose_plan
+from kb_retrieval.retrieval.l1.base import to_candidate
+from kb_retrieval.retrieval.l1.memory import Bm25Postings, MemoryMirror, analyse, choose_plan
 from tests.conftest import SAMPLE_KB, SHARED
 from tests.indexing.test_lite_processes import _cli, lite_server  # noqa: F401 (a fixture)
 
@@ -48,7 +49,32 @@ def test_analyse_is_the_standard_analyser():
 
 
 @pytest.mark.unit
-def test_the_plan_follows_the_engine_and_the_mode(tmp_path):
+def test_a_rows_candidate_is_made_once_and_each_search_gets_its_own(tmp_path):
+    """The mirror keeps one candidate per row and rescores it: every search's candidates are what to_candidate makes
+    of the hit, and a stage changing one does not change the next search's."""
+    settings = Settings(state_dir=tmp_path, dim=2)
+    meta = {"title": "Redis", "keywords": ["RedisMemoryHigh"], "entities": [], "position": 0, "chunk_count": 2}
+    rows = [
+        {"id": f"c{i}", "content": f"chunk {i}", "source": "redis.md", "category": "redis", "metadata": dict(meta)}
+        for i in range(2)
+    ]
+    mirror = MemoryMirror(settings, rows, np.asarray([[1.0, 0.0], [0.6, 0.8]], dtype=np.float32), [])
+    for query in ([1.0, 0.0], [0.0, 1.0], [1.0, 0.0]):
+        found = mirror.search(query, 2, None, None).candidates
+        assert sorted(c.chunk_id for c in found) == ["c0", "c1"]
+        for candidate in found:
+            row = rows[int(candidate.chunk_id[1:])]
+            fresh = to_candidate(
+                settings,
+                chunk_id=row["id"],
+                raw_score=candidate.score,
+                fields=row,
+                content=row["content"],
+                path="memory",
+            )
+            assert candidate == fresh
+            candidate.keywords.append("changed by a stage")
+
     lite = Settings(state_dir=tmp_path)
     assert choose_plan(None, lite, custom_path=False)[0] == "memory"  # type: ignore[arg-type]
     assert choose_plan(None, lite, custom_path=True)[0] == "milvus"  # type: ignore[arg-type]

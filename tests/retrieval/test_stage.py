@@ -53,6 +53,16 @@ def test_copies_are_independent_and_replaced_text_is_seen():
     assert stage_of(node).candidate.content == "replaced by another postprocessor"
 
 
+def test_a_node_class_with_its_own_content_is_read_through_get_content():
+    class Summarised(TextNode):
+        def get_content(self, metadata_mode: object = None) -> str:  # type: ignore[override]
+            return f"summary of {self.text}"
+
+    written = candidate_node(cand("a", "a.md", 0.5))
+    node = NodeWithScore(node=Summarised(id_="a", text="a", metadata=written.node.metadata), score=0.5)
+    assert stage_of(node).candidate.content == "summary of a"
+
+
 def _candidate(content: str, breadcrumb: str | None = None) -> Candidate:
     return Candidate(
         chunk_id="c",

@@ -101,6 +101,22 @@ def to_candidate(
     )
 
 
+def rescored(candidate: Candidate, raw_score: float) -> Candidate:
+    """``candidate`` with another raw score and the similarity it maps to: what :func:`to_candidate` makes of a hit of
+    the same chunk with that score, without reading the hit's fields again (the memory plan keeps one candidate per
+    row and rescores it for each search)."""
+    score = float(raw_score)
+    return candidate.model_copy(
+        update={
+            "score": score,
+            "similarity": normalised_similarity(score, candidate.score_label),
+            # A candidate's lists are its own (a stage may extend them), never the template's.
+            "keywords": list(candidate.keywords),
+            "entities": list(candidate.entities),
+        }
+    )
+
+
 def one_version_per_source(candidates: list[Candidate]) -> list[Candidate]:
     """Only the chunks of one version of each source's document, in the order given.
 

@@ -33,7 +33,8 @@ from pymilvus import MilvusClient
 
 from kb_retrieval.config import Settings
 from kb_retrieval.indexing.milvus import iter_rows
-from kb_retrieval.retrieval.l1.base import L1Search, one_version_per_source, output_fields, to_candidate
+from kb_retrieval.models import Candidate
+from kb_retrieval.retrieval.l1.base import L1Search, one_version_per_source, output_fields, rescored, to_candidate
 from kb_retrieval.retrieval.l1.full_text import dense_scores
 
 #: Milvus Lite's standard analyser (``milvus_lite.analyzer.standard``): word characters, lower-cased, no stop words.
@@ -154,6 +155,9 @@ class MemoryMirror:
                 categories.setdefault(str(row.get(settings.category_field) or ""), []).append(i)
         self._categories = {c: np.asarray(ix, dtype=np.int64) for c, ix in categories.items()}
         self.bm25 = Bm25Postings(texts) if texts else None
+        # Each row as a candidate, made on its first hit and rescored for every later one: a row never changes
+        # within a mirror, so its fields are read and validated once (a reload builds a new mirror).
+        self._candidates: list[Candidate | None] = [None] * len(rows)
         self.nbytes = int(vectors.nbytes + sum(len(t) for t in texts) + _ROW_OVERHEAD * len(rows)) + sum(
             len(str(r.get(settings.content_field, ""))) for r in rows
         )
@@ -268,16 +272,19 @@ class MemoryMirror:
                 result.bm25[self.ids[row]] = bm25[row]
         return result
 
-    def _candidate(self, row: int, score: float) -> Any:
-        fields = self.rows[row]
-        return to_candidate(
-            self.settings,
-            chunk_id=self.ids[row],
-            raw_score=score,
-            fields=fields,
-            content=fields.get(self.settings.content_field, ""),
-            path="memory",
-        )
+    def _candidate(self, row: int, score: float) -> Candidate:
+        made = self._candidates[row]
+        if made is None:
+            fields = self.rows[row]
+            made = self._candidates[row] = to_candidate(
+                self.settings,
+                chunk_id=self.ids[row],
+                raw_score=score,
+                fields=fields,
+                content=fields.get(self.settings.content_field, ""),
+                path="memory",
+            )
+        return rescored(made, score)  # a copy: the kept candidate is never handed out
 
 
 def estimated_mirror_mb(chunks: int, settings: Settings, text_bytes: int = 2048) -> float:
