@@ -67,7 +67,6 @@ log = logging.getLogger(__name__)
 
 #: Boost names as the records key them, looked up once rather than per candidate.
 _EXACT_MATCH, _LEXICAL, _TITLE_TERMS = Boost.EXACT_MATCH.value, Boost.LEXICAL.value, Boost.TITLE_TERMS.value
-_RANKING_ONLY = frozenset(b.value for b in RANKING_ONLY)
 
 
 def _phrases(items: list[str]) -> list[tuple[str, ...]]:
@@ -157,7 +156,7 @@ class RuleReranker(BaseNodePostprocessor):
         entities = {tuple(words(e)) for e in hints.entities}
         domains = {d.lower() for d in hints.domains}
         signals = _phrases(hints.matched_keywords + hints.entities)
-        exact_weight = self.boosts.get(Boost.EXACT_MATCH.value, 0.0)
+        exact_weight = self.boosts.get(_EXACT_MATCH, 0.0)
         for node in nodes:
             stage = stage_of(node)
             candidate = self._known(stage.candidate)
@@ -176,7 +175,7 @@ class RuleReranker(BaseNodePostprocessor):
                 base_score=round(base, 6),
                 # What evidence usability is judged on: BM25 is relative to the query's best hit and title terms
                 # are partial word overlap, so they rank candidates but say nothing about whether any answers.
-                evidence_score=round(base + sum(v for k, v in applied.items() if k not in _RANKING_ONLY), 6),
+                evidence_score=round(base + sum(v for k, v in applied.items() if k not in RANKING_ONLY), 6),
                 boosts=applied,
                 hit_reasons=[hit_reason(HitKind.L1_SEMANTIC, f"{base:.3f}"), *reasons],
             )
