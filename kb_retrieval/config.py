@@ -167,6 +167,13 @@ class ScoringSettings(BaseModel):
         description="An identifier is rare enough to be evidence when at most this many documents hold it "
         "(2: measured on the public sets to fire rarely and rightly; 0 turns the signal off).",
     )
+    rare_term_max_df: int = Field(
+        default=1,
+        ge=0,
+        description="A plain word or UpperCamel name of the query is a rare term (evidence, like an identifier) when "
+        "at most this many documents hold it and such a document names it in its title or a heading (1: see "
+        "retrieval/exact.py for the measurement; 0 turns the signal off).",
+    )
     focus_saturation: float = Field(
         default=0.5,
         gt=0,
@@ -176,6 +183,14 @@ class ScoringSettings(BaseModel):
     )
     focus_padding: int = Field(
         default=2, ge=0, description="Added to a document's chunk count: a one-chunk page is not all about a query."
+    )
+    close_call_margin: float = Field(
+        default=0.1,
+        ge=0,
+        description="The first document leads clearly when its final score is at least this far above the second's; "
+        "below, the result's confidence says 'close call' and names both (on the public runbook sets the first "
+        "document was right in 96% of lookups at a lead of 0.1 or more, in 62% below it; 11 of the 19 lookups whose "
+        "right runbook came second were below).",
     )
     relevance_high: float = Field(default=0.6, ge=0, le=1, description="Top similarity from which relevance is high.")
     relevance_medium: float = Field(
@@ -245,6 +260,11 @@ class ScoringSettings(BaseModel):
     rank_exact_match: float = Field(
         default=1.0, ge=0, le=5, description="Times the exact-identifier boost (too rare in the sets to fit: kept)."
     )
+
+    @property
+    def exact_signals(self) -> bool:
+        """Whether a lookup needs the exact-identifier index (identifiers or rare terms on)."""
+        return self.exact_match_max_df > 0 or self.rare_term_max_df > 0
 
     def ranking_weights(self) -> dict[str, float]:
         """The document ranker's weights by the names its trace records."""

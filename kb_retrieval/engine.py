@@ -48,7 +48,7 @@ from kb_retrieval.retrieval.context_pack import pack_context
 from kb_retrieval.retrieval.deadline import Deadline
 from kb_retrieval.retrieval.dedupe import SourceDeduplicator
 from kb_retrieval.retrieval.doc_rank import DocumentRanker
-from kb_retrieval.retrieval.exact import ExactIdentifierIndex
+from kb_retrieval.retrieval.exact import ExactIdentifierIndex, named_terms
 from kb_retrieval.retrieval.expand import DocumentExpander, SectionStore
 from kb_retrieval.retrieval.hybrid import HybridRetriever, LookupQuery, choose_lexical_mode
 from kb_retrieval.retrieval.l0_hints import L0HintProvider
@@ -152,13 +152,16 @@ class KnowledgeLookup:
         memory = self._load_memory()
         # In milvus_bm25 mode Milvus keeps BM25 (always as fresh as the collection); the scan serves the exact index.
         # The memory plan has every row already: the same rows serve both, with no second scan.
-        needs_scan = self.lexical_mode == "in_process_bm25" or scoring.exact_match_max_df > 0
+        needs_scan = self.lexical_mode == "in_process_bm25" or scoring.exact_signals
         lexical, exact = self._build_lexical(memory.rows if memory else None) if needs_scan else (None, None)
         doc_vectors = (
             DocumentVectors.load_from_milvus(self.client, self.settings) if self.settings.document_ranking else None
         )
+        # What makes a word a rare term: the documents' own titles and headings, as recorded at ingest.
+        names = named_terms({s: [e.title, *e.headings] for s, e in index.documents.items()}) if exact else {}
         self.index_version, self.l0_off_reason = index.index_version, index.off_reason
         self.l0, self.lexical, self.exact, self.doc_vectors = l0, lexical, exact, doc_vectors
+        self.named_terms = names
         self.memory = memory
         if not hasattr(self, "attempts"):
             self._assemble()
@@ -166,7 +169,7 @@ class KnowledgeLookup:
         # A reload swaps the state in the parts already assembled (a lookup in flight keeps what it read).
         self.dense.memory = memory
         self.hybrid.lexical = lexical
-        self.hybrid.exact = exact
+        self.hybrid.exact, self.hybrid.named_terms = exact, names
         for postprocessor in self.postprocessors:
             if isinstance(postprocessor, RuleReranker):
                 postprocessor.l0 = l0
@@ -224,6 +227,7 @@ class KnowledgeLookup:
             exact=self.exact,
             lexical_mode=self.lexical_mode if s.lexical_enabled else "off",
         )
+        self.hybrid.named_terms = self.named_terms
         self.postprocessors: list[BaseNodePostprocessor] = [
             RuleReranker(boosts=s.scoring.boosts(), lexical_weight=s.lexical_weight, l0=self.l0),
             SourceDeduplicator(
@@ -255,7 +259,7 @@ class KnowledgeLookup:
             rows.append((str(row[s.id_field]), str(row.get(s.source_field) or ""), text, category))
         in_process = self.lexical_mode == "in_process_bm25"
         lexical = LexicalIndex.build((r[0], r[2], r[3]) for r in rows) if in_process else None
-        exact = ExactIdentifierIndex.build((r[0], r[1], r[2]) for r in rows) if s.scoring.exact_match_max_df else None
+        exact = ExactIdentifierIndex.build((r[0], r[1], r[2]) for r in rows) if s.scoring.exact_signals else None
         return lexical, exact
 
     def with_settings(self, **overrides: Any) -> KnowledgeLookup:

@@ -252,6 +252,11 @@ class LookupResult(Contract):
     rerank_trace: RerankTrace
     relevance_level: RelevanceLevel
     completeness_hint: str
+    confidence: str = Field(
+        default="",
+        description="How clearly the first document leads, in words: 'clear lead: ...' or 'close call: ...' naming "
+        "the runner-up ('' without evidence).",
+    )
     retrieval_layer: Literal["L1", "L0+L1", "none"]
     elapsed_ms: float = 0.0
     stage_ms: dict[str, float] = Field(default_factory=dict)

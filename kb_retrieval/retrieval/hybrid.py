@@ -136,6 +136,9 @@ class HybridRetriever(BaseRetriever):
         self.dense = dense
         self.lexical = lexical
         self.exact = exact
+        #: Tokens -> the documents naming them in a title or heading (``exact.named_terms``): what makes a word a
+        #: rare term; empty, no rare terms.
+        self.named_terms: dict[str, frozenset[str]] = {}
         self.settings = settings
         self.lexical_mode: LexicalMode = lexical_mode or ("in_process_bm25" if lexical is not None else "off")
         if self.lexical_mode == "in_process_bm25" and lexical is None:
@@ -211,12 +214,17 @@ class HybridRetriever(BaseRetriever):
         return result
 
     def _exact(self, query_text: str) -> tuple[dict[str, list[str]], dict[str, int]]:
-        """Chunk id -> the rare query identifiers it holds verbatim, and -> the document frequency of its rarest."""
+        """Chunk id -> the rare query identifiers and rare terms it holds verbatim, and -> the document frequency of
+        its rarest."""
         terms: dict[str, list[str]] = {}
         df: dict[str, int] = {}
-        if self.exact is None or self.settings.scoring.exact_match_max_df <= 0:
+        scoring = self.settings.scoring
+        if self.exact is None:
             return terms, df
-        for hit in self.exact.match(query_text, self.settings.scoring.exact_match_max_df):
+        hits = self.exact.match(query_text, scoring.exact_match_max_df) if scoring.exact_match_max_df > 0 else []
+        if self.named_terms and scoring.rare_term_max_df > 0:
+            hits += self.exact.match_rare_terms(query_text, self.named_terms, scoring.rare_term_max_df)
+        for hit in hits:
             for chunk_id in hit.chunk_ids:
                 terms.setdefault(chunk_id, []).append(hit.token)
                 df[chunk_id] = min(df.get(chunk_id, len(hit.sources)), len(hit.sources))

@@ -93,7 +93,8 @@ _WORDS = re.compile(_TOKEN_PATTERN).findall
 _STEMMERS = threading.local()  # PyStemmer objects are not thread-safe: one per thread
 
 
-def _stem(word: str) -> str:
+def stem(word: str) -> str:
+    """The English (Snowball) stem of a lower-cased word, as the BM25 analysis makes it."""
     stemmer = getattr(_STEMMERS, "stemmer", None)
     if stemmer is None:
         import Stemmer
@@ -112,7 +113,7 @@ def analysed_text(text: str) -> str:
         'kubepodcrashloop pod restart kube pod crash loop'
     """
     words = _WORDS(with_identifier_parts(text).lower())
-    return " ".join(stem for word in words if word not in STOPWORDS_EN and (stem := _stem(word)))
+    return " ".join(s for word in words if word not in STOPWORDS_EN and (s := stem(word)))
 
 
 def with_identifier_parts(text: str) -> str:

@@ -15,9 +15,9 @@ candidate's metadata or content. The hint becomes a *hit reason* on the candidat
 |               | ``title_terms`` x the L0 title coverage (0.5 to 1.0)               |         |
 | lexical       | BM25 found the chunk: ``lexical_weight`` x its BM25 score relative | 0.2     |
 |               | to the query's best lexical hit (1.0 for the best)                 |         |
-| exact_match   | the chunk holds a rare identifier of the query verbatim: the weight | 0.6     |
-|               | / the documents holding it (:mod:`~kb_retrieval.retrieval.exact`); |         |
-|               | evidence on its own                                                |         |
+| exact_match   | the chunk holds a rare identifier or rare term of the query        | 0.6     |
+|               | verbatim: the weight / the documents holding it                    |         |
+|               | (:mod:`~kb_retrieval.retrieval.exact`); evidence on its own        |         |
 
 The weights are ``Settings.scoring`` (``KB_SCORING__BOOST_*``) and ``lexical_weight``. The per-query context comes
 with the call: a :class:`~kb_retrieval.retrieval.hybrid.LookupQuery` carries the L0 hints of the lookup; with a
@@ -46,6 +46,7 @@ from kb_retrieval.config import ScoringSettings
 from kb_retrieval.knowledge.text import words
 from kb_retrieval.models import Candidate, L0Hints
 from kb_retrieval.retrieval.events import reranking
+from kb_retrieval.retrieval.exact import is_identifier
 from kb_retrieval.retrieval.hybrid import LookupQuery
 from kb_retrieval.retrieval.l0_hints import L0HintProvider
 from kb_retrieval.retrieval.runtime import cannot, known_source
@@ -165,7 +166,10 @@ class RuleReranker(BaseNodePostprocessor):
             applied, reasons = self._signals(candidate, hints, titles, keywords, entities, domains, signals)
             if stage.exact_terms and exact_weight > 0:
                 applied[_EXACT_MATCH] = round(exact_weight / (stage.exact_df or 1), 6)
-                reasons += [hit_reason(HitKind.EXACT_MATCH, t) for t in stage.exact_terms]
+                reasons += [
+                    hit_reason(HitKind.EXACT_MATCH if is_identifier(t) else HitKind.RARE_TERM, t)
+                    for t in stage.exact_terms
+                ]
             if (lexical := stage.lexical_score) is not None and self.lexical_weight > 0:
                 applied[_LEXICAL] = round(self.lexical_weight * lexical, 6)
                 reasons.append(hit_reason(HitKind.LEXICAL_BM25, f"{lexical:.3f}"))

@@ -43,6 +43,7 @@ class HitKind(str, Enum):
     CONTENT_MATCH = "content_match"
     LEXICAL_BM25 = "lexical_bm25"
     EXACT_MATCH = "exact_match"
+    RARE_TERM = "rare_term"
     L1_RANK = "l1_rank"
 
     @property
@@ -92,6 +93,7 @@ class Boost(str, Enum):
     LEXICAL = "lexical"
     DOC_FOCUS = "doc_focus"
     EXACT_MATCH = "exact_match"
+    RARE_TERM = "rare_term"
 
 
 #: Boosts that order candidates but say nothing about whether any of them answers (kept out of the evidence score).
