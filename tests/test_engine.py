@@ -413,3 +413,24 @@ def test_title_term_coverage_is_an_l0_hint(sample_lookup):
     top = result.evidence_blocks[0]
     assert top.source == "jvm/choosing-garbage-collector.md" and top.retrieval_layer == "L0+L1"
     assert any(r.startswith("l0_title_terms:") for r in top.hit_reasons) and result.retrieval_layer == "L0+L1"
+
+
+@pytest.mark.unit
+def test_the_state_build_pauses_the_collector_and_restores_it():
+    import gc
+
+    from kb_retrieval.engine import _collector_paused
+
+    was = gc.isenabled()
+    try:
+        for before in (True, False):
+            (gc.enable if before else gc.disable)()
+            with _collector_paused():
+                assert not gc.isenabled()
+            assert gc.isenabled() is before
+        gc.enable()
+        with pytest.raises(RuntimeError), _collector_paused():
+            raise RuntimeError("a failed read")
+        assert gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()

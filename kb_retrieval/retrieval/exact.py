@@ -24,10 +24,14 @@ Example:
 from __future__ import annotations
 
 import re
+from array import array
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
+
+import numpy as np
 
 from kb_retrieval.retrieval.l0_hints import STOPWORDS
 from kb_retrieval.retrieval.lexical import stem
@@ -103,51 +107,85 @@ class ExactHit:
 
 
 class ExactIdentifierIndex:
-    """Lower-cased verbatim tokens -> chunks and documents holding them. Read-only after ``build``."""
+    """Lower-cased verbatim tokens -> chunks and documents holding them. Read-only after ``build``.
 
-    def __init__(self, postings: dict[str, dict[str, set[str]]]) -> None:
-        self._postings = postings  # token -> source -> chunk ids
-        self._vocabulary = "\n".join(sorted(postings))  # for document frequency by substring
+    Stored as arrays, not a set per token and document: the sorted vocabulary (one string, a token a line, for
+    document frequency by substring), each token's rows (one array, a token's rows a slice of it) and each row's
+    chunk id and source. At 100k chunks that is a few arrays instead of millions of sets to build and keep.
+    """
+
+    def __init__(
+        self, vocabulary: list[str], starts: np.ndarray, rows: np.ndarray, chunk_ids: list[str], sources: list[str]
+    ) -> None:
+        self._tokens = vocabulary  # sorted
+        self._vocabulary = "\n".join(vocabulary)  # the same, one a line
+        self._line_starts = np.cumsum([0, *(len(t) + 1 for t in vocabulary[:-1])]) if vocabulary else np.zeros(1)
+        self._starts = starts  # token i's rows: rows[starts[i]:starts[i + 1]]
+        self._rows = rows
+        self._chunk_ids = chunk_ids
+        self._sources = sources
 
     @classmethod
     def build(cls, rows: Iterable[tuple[str, str, str]]) -> ExactIdentifierIndex:
         """Index ``(chunk_id, source, text)`` rows."""
-        postings: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
-        for chunk_id, source, text in rows:
-            for token in {t.lower() for t in tokens(text)}:
-                postings[token][source].add(chunk_id)
-        return cls({t: dict(s) for t, s in postings.items()})
+        vocabulary: dict[str, int] = {}
+        token_ids = array("q")
+        holders = array("q")
+        chunk_ids: list[str] = []
+        sources: list[str] = []
+        for row, (chunk_id, source, text) in enumerate(rows):
+            chunk_ids.append(chunk_id)
+            sources.append(source)
+            distinct = {t.lower() for t in tokens(text)}
+            token_ids.extend([vocabulary.setdefault(t, len(vocabulary)) for t in distinct])
+            holders.extend([row] * len(distinct))
+        names = sorted(vocabulary)
+        rank = np.empty(len(vocabulary), dtype=np.int64)
+        rank[[vocabulary[t] for t in names]] = np.arange(len(names))
+        ranked = rank[np.frombuffer(token_ids, dtype=np.int64)] if len(token_ids) else np.empty(0, dtype=np.int64)
+        order = np.argsort(ranked, kind="stable")  # by token, rows ascending within
+        starts = np.searchsorted(ranked[order], np.arange(len(names) + 1))
+        held = np.frombuffer(holders, dtype=np.int64)[order] if len(holders) else np.empty(0, dtype=np.int64)
+        return cls(names, starts, held, chunk_ids, sources)
 
     def holders(self, token: str) -> dict[str, set[str]]:
         """Documents (-> chunks) holding ``token`` verbatim, also inside a longer token (``kube_pod_info`` is in
         ``kube_pod_info_total``): the document frequency says how rare the string is, not the whole word."""
         needle = token.lower()
-        out: dict[str, set[str]] = defaultdict(set)
         start = 0
+        lines: list[int] = []
         while (at := self._vocabulary.find(needle, start)) >= 0:
-            line_start = self._vocabulary.rfind("\n", 0, at) + 1
-            line_end = self._vocabulary.find("\n", at)
-            line_end = len(self._vocabulary) if line_end < 0 else line_end
-            for source, chunks in self._postings[self._vocabulary[line_start:line_end]].items():
-                out[source] |= chunks
-            start = line_end + 1
-        return out
+            line = int(np.searchsorted(self._line_starts, at, side="right")) - 1
+            lines.append(line)
+            next_line = line + 1
+            start = int(self._line_starts[next_line]) if next_line < len(self._line_starts) else len(self._vocabulary)
+        return self._holders_of(lines)
 
     def token_holders(self, token: str) -> dict[str, set[str]]:
         """Documents (-> chunks) holding ``token`` as a whole token (case folded)."""
-        return self._postings.get(token.lower(), {})
+        needle = token.lower()
+        at = bisect_left(self._tokens, needle)
+        return self._holders_of([at]) if at < len(self._tokens) and self._tokens[at] == needle else {}
 
     def stem_frequency(self, word: str) -> int:
         """How many documents hold a word of ``word``'s stem (``reconcile``: also reconciling, reconciliation)."""
-        return len(self._stem_holders.get(stem(word.lower()), ()))
+        return len(self._holders_of(self._stem_tokens.get(stem(word.lower()), [])))
 
     @cached_property
-    def _stem_holders(self) -> dict[str, set[str]]:
-        """Stem -> documents, over the alphabetic tokens (built at the first rare-term question, once)."""
-        out: dict[str, set[str]] = defaultdict(set)
-        for token, by_source in self._postings.items():
+    def _stem_tokens(self) -> dict[str, list[int]]:
+        """Stem -> the alphabetic tokens of the vocabulary that have it (made at the first rare-term question)."""
+        out: dict[str, list[int]] = defaultdict(list)
+        for i, token in enumerate(self._tokens):
             if token.isalpha():
-                out[stem(token)].update(by_source)
+                out[stem(token)].append(i)
+        return out
+
+    def _holders_of(self, token_indexes: Iterable[int]) -> dict[str, set[str]]:
+        """Documents (-> chunks) holding any of the vocabulary's tokens at ``token_indexes``."""
+        slices = [self._rows[self._starts[i] : self._starts[i + 1]] for i in token_indexes]
+        out: dict[str, set[str]] = defaultdict(set)
+        for row in np.unique(np.concatenate(slices)).tolist() if slices else []:
+            out[self._sources[row]].add(self._chunk_ids[row])
         return out
 
     def document_frequency(self, token: str) -> int:

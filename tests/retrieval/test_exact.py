@@ -80,3 +80,24 @@ def test_a_unique_metric_name_finds_its_runbook_in_the_runbooks_corpus(runbooks_
     top = result.evidence_blocks[0]
     assert top.source == "content/runbooks/kubernetes/KubeletTooManyPods.md"
     assert "exact_match:kube_node_status_capacity_pods" in top.hit_reasons
+
+
+@pytest.mark.unit
+def test_holders_are_every_chunk_with_a_token_containing_the_needle():
+    """Pinned against a direct scan of every chunk's tokens: the arrays give the same documents and chunks."""
+    import random
+
+    from kb_retrieval.retrieval.exact import tokens
+
+    rng = random.Random(11)
+    words = ["kube_pod_info", "kube_pod_info_total", "observedGeneration", "--max-old", "/var/lib", "ENOTFOUND", "x"]
+    rows = [(f"c{i}", f"doc{i % 17}.md", " ".join(rng.choices(words, k=rng.randint(0, 5))) + ".") for i in range(120)]
+    index = ExactIdentifierIndex.build(rows)
+    for needle in ["kube_pod_info", "KUBE_POD", "observedgen", "--max", "/var", "enotfound", "absent", "info_total"]:
+        expected: dict[str, set[str]] = {}
+        for chunk_id, source, text in rows:
+            if any(needle.lower() in t.lower() for t in tokens(text)):
+                expected.setdefault(source, set()).add(chunk_id)
+        assert dict(index.holders(needle)) == expected
+        assert index.document_frequency(needle) == len(expected)
+    assert ExactIdentifierIndex.build([]).holders("kube_pod_info") == {}

@@ -44,6 +44,27 @@ def test_bm25_scores_are_milvus_lites_to_the_bit():
 
 
 @pytest.mark.unit
+def test_bm25_top_is_the_stable_sort_of_every_score():
+    """``top`` (a partition, ties at the cut kept) returns what sorting every scored row gives, ties in first-reach
+    order, with and without a mask of allowed rows; few distinct words make many equal scores."""
+    rng = random.Random(5)
+    words = ["alpha", "beta", "gamma", "delta", "kube_pod", "redi"]
+    texts = [" ".join(rng.choices(words, k=rng.randint(0, 6))) for _ in range(400)]
+    postings = Bm25Postings(texts)
+    within = np.asarray([rng.random() < 0.4 for _ in texts])
+    for query in ["alpha", "gamma beta alpha", "redi redi kube_pod", "delta absent", "absent"]:
+        rows, scores = postings.scores(query)
+        ranked = rows[np.argsort(-scores, kind="stable")]
+        for k in (1, 3, 20, 1000):
+            top_rows, top_scores = postings.top(query, k)
+            assert top_rows.tolist() == ranked[:k].tolist()
+            assert top_scores.tolist() == scores[np.argsort(-scores, kind="stable")][:k].tolist()
+            inside = ranked[within[ranked]]
+            assert postings.top(query, k, within)[0].tolist() == inside[:k].tolist()
+        assert postings.top(query, 0)[0].tolist() == []
+
+
+@pytest.mark.unit
 def test_analyse_is_the_standard_analyser():
     assert analyse("KubePodCrashLooping: pod api-7f9 (95%)") == ["kubepodcrashlooping", "pod", "api", "7f9", "95"]
 

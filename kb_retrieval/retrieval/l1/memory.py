@@ -105,32 +105,60 @@ class Bm25Postings:
         numerator = (freq * (BM25_K1 + 1.0)).astype(np.float32)
         self._weights = numerator / (freq.astype(np.float32) + k1 * (rest + b * dl[self._rows] / avgdl))
 
-    def scores(self, terms: str) -> tuple[np.ndarray, np.ndarray]:
-        """Rows with a positive BM25 score for the analysed query ``terms``, and their scores."""
+    def _accumulate(self, terms: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """Every row's BM25 score for the analysed query ``terms`` and the number (in query order) of the first
+        query term that reached it (``len(terms)`` for rows none reached); ``None`` when no term is known."""
         weights: dict[str, float] = {}
         for term in analyse(terms):
             weights[term] = weights.get(term, 0.0) + 1.0
         total = np.zeros(self.count, dtype=np.float32)
-        touched: list[np.ndarray] = []
+        slices: list[tuple[int, int]] = []
         n = self.count
         for term, weight in weights.items():
             term_id = self._vocabulary.get(term)
             if term_id is None:
                 continue
             start, end = int(self._starts[term_id]), int(self._starts[term_id + 1])
-            rows = self._rows[start:end]
             df = end - start
             idf = math.log((n - df + 0.5) / (df + 0.5) + 1.0)
-            total[rows] += np.float32(idf) * self._weights[start:end] * np.float32(weight)
-            touched.append(rows)
-        if not touched:
+            # Term by term, in query order: float32 sums in Lite's order of operations.
+            total[self._rows[start:end]] += np.float32(idf) * self._weights[start:end] * np.float32(weight)
+            slices.append((start, end))
+        if not slices:
+            return None
+        first = np.full(self.count, len(slices), dtype=np.int32)
+        for number in range(len(slices) - 1, -1, -1):  # the last write is the earliest term's
+            start, end = slices[number]
+            first[self._rows[start:end]] = number
+        return total, first
+
+    def scores(self, terms: str) -> tuple[np.ndarray, np.ndarray]:
+        """Rows with a positive BM25 score for the analysed query ``terms``, and their scores, in the order a query
+        term first reached them (Lite's order among equal scores: query term by term, rows ascending within)."""
+        found = self._accumulate(terms)
+        if found is None:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
-        # Rows in the order a term first reached them (Lite's order among equal scores), positive scores only.
-        reached, first = np.unique(np.concatenate(touched), return_index=True)
-        rows = reached[np.argsort(first, kind="stable")]
+        total, first = found
+        rows = np.flatnonzero(total > 0)
+        rows = rows[np.lexsort((rows, first[rows]))]
+        return rows, total[rows]
+
+    def top(self, terms: str, k: int, within: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` best rows by BM25 (positive scores only; ``within``: a mask of the rows allowed), best first,
+        equal scores in the order of :meth:`scores`: what a stable sort of :meth:`scores` by score gives, from a
+        partition rather than a sort of every row a term reached."""
+        found = self._accumulate(terms) if k > 0 else None
+        if found is None:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
+        total, first = found
+        rows = np.flatnonzero(total > 0 if within is None else (total > 0) & within)
         values = total[rows]
-        keep = values > 0
-        return rows[keep], values[keep]
+        if len(rows) > k:  # every row scoring at least the k-th best (ties at the cut included), then ordered
+            cut = np.partition(values, len(values) - k)[len(values) - k]
+            rows = rows[values >= cut]
+            values = total[rows]
+        order = np.lexsort((rows, first[rows], -values))[:k]
+        return rows[order], values[order]
 
 
 class MemoryMirror:
@@ -207,6 +235,12 @@ class MemoryMirror:
             rows = wanted if rows is None else np.intersect1d(rows, wanted)
         return rows
 
+    def _mask(self, rows: np.ndarray) -> np.ndarray:
+        """``rows`` as a mask over every row."""
+        mask = np.zeros(len(self.ids), dtype=bool)
+        mask[rows] = True
+        return mask
+
     def _dense(self, query: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
         """The dense metric's score of each row in ``rows`` (every row when ``None``), as Milvus computes it."""
         vectors = self.vectors if rows is None else self.vectors[rows]
@@ -250,14 +284,9 @@ class MemoryMirror:
         order: dict[int, None] = {}
         bm25: dict[int, float] = {}
         if terms and s.lexical_top_k > 0 and self.bm25 is not None:
-            rows, values = self.bm25.scores(terms)
-            if scope is not None:
-                inside = np.isin(rows, scope)
-                rows, values = rows[inside], values[inside]
-            best = np.argsort(-values, kind="stable")[: s.lexical_top_k]
-            for i in best:
-                bm25[int(rows[i])] = float(values[i])
-                order[int(rows[i])] = None
+            rows, values = self.bm25.top(terms, s.lexical_top_k, None if scope is None else self._mask(scope))
+            bm25 = dict(zip(rows.tolist(), values.tolist(), strict=True))
+            order = dict.fromkeys(bm25)
         dense_rows = self._top_dense(query, scope, s.top_k)
         order.update(dict.fromkeys(int(r) for r in dense_rows))
         if ids:
