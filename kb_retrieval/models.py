@@ -130,7 +130,7 @@ class RetrievalAttempt(Contract):
     lexical_mode: LexicalMode = Field(
         default="off",
         description="Where BM25 ran: milvus_bm25 (in Milvus, in the one hybrid_search call), in_process_bm25 (in "
-        "memory, hits the dense search missed scored by a second Milvus search), off.",
+        "memory, its hits scored by a second Milvus search sent beside the dense one), off.",
     )
     lexical_count: int = Field(default=0, description="Chunks BM25 found for this attempt.")
     lexical_added: int = Field(
@@ -138,8 +138,8 @@ class RetrievalAttempt(Contract):
     )
     milvus_calls: int = Field(
         default=0,
-        description="Searches this attempt sent to Milvus: 1 in milvus_bm25 mode; in_process_bm25 adds a second "
-        "when it has candidates the dense search missed.",
+        description="Searches this attempt sent to Milvus: 1 in milvus_bm25 mode; in_process_bm25 adds a second, "
+        "restricted to the BM25 and exact-identifier chunks and sent beside the dense search, when there are any.",
     )
     evidence_count: int = 0
     top_similarity: float | None = None

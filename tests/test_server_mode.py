@@ -13,6 +13,7 @@ from pymilvus import DataType
 
 from kb_retrieval.config import Settings
 from kb_retrieval.engine import KnowledgeLookup
+from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.indexing.index_version import index_version
 from kb_retrieval.indexing.ingest import ingest
 from kb_retrieval.indexing.l0_index import L0Index
@@ -278,6 +279,41 @@ def test_server_without_full_text_search_falls_back_to_in_process_bm25(server_se
     assert result.found and result.evidence_blocks[0].source == "memory-usage-high.md"
     attempt = result.retrieval_trace.attempts[0]
     assert attempt.lexical_mode == "in_process_bm25" and attempt.lexical_count > 0
-    assert attempt.milvus_calls == (2 if attempt.lexical_added else 1)
+    assert attempt.milvus_calls == 2  # the dense search, and beside it the one restricted to BM25's hits
     assert any(note.startswith("milvus_bm25 off: ") for note in result.query_transform.notes)
+    lookup.close()
+
+
+def test_in_process_bm25_on_the_server_gives_what_two_searches_in_a_row_gave(server_settings, embed_model):
+    """The restricted search goes out beside the dense one (one round trip), and its candidates and scores are
+    exactly those of a second search after the dense one: the server scores each chunk on its own, whatever else
+    the search is restricted to."""
+    from tests.retrieval.test_hybrid_in_process import QUERIES, SlowSearches, two_searches_in_a_row
+
+    lookup = KnowledgeLookup(
+        server_settings.model_copy(update={"vector_store_mode": "sdk", "freshness_check_s": 3600}),
+        embed_model=embed_model,
+    )
+    assert lookup.lexical_mode == "in_process_bm25" and lookup.plan == "milvus"
+    for top_k in (20, 2):
+        narrow = lookup.with_settings(top_k=top_k)
+        for query in QUERIES:
+            for category in (None, "redis"):
+                embedding = embed_query(embed_model, query)
+                expected, added = two_searches_in_a_row(narrow.hybrid, embedding, query, category)
+                found = narrow.hybrid.search(embedding, query, category)
+                assert [(c.chunk_id, c.score, c.similarity) for c in found.candidates] == [
+                    (c.chunk_id, c.score, c.similarity) for c in expected
+                ]
+                assert found.lexical_added == added
+    query = "RedisMemoryHigh: used_memory above maxmemory, keys evicted"
+    narrow = lookup.with_settings(top_k=2)
+    slow = SlowSearches(narrow.client, delay_s=0.3)
+    try:
+        found = narrow.hybrid.search(embed_query(embed_model, query), query, None)
+    finally:
+        slow.restore()
+    assert sorted(slow.names) == ["dense", "restricted"] and found.milvus_calls == 2 and found.lexical_added > 0
+    (a_start, a_end), (b_start, b_end) = slow.spans
+    assert a_start < b_end and b_start < a_end  # the two requests were out at the same time
     lookup.close()

@@ -243,7 +243,27 @@ def server_scale(
     figures["sizes"] = _grow_and_measure(
         kb_root, state_dir, queries, embed_model, sizes, log, milvus_uri, collection, figures=figures
     )
+    figures["targets"] = server_targets(figures["sizes"])
     return figures
+
+
+def server_targets(sizes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The server's figures against issue 21's: lookup p50 over (query embedding + raw vector search) at the smallest
+    size (at most 2), the largest size's p50 over the smallest's (at most 1.5), and p95 over p50 at each (at most 3).
+    The embedding is the lookup's own ``embed`` stage (its mean: the stage p50 is not recorded per size)."""
+    if not sizes:
+        return {}
+    first, last = sizes[0], sizes[-1]
+
+    def over_search(size: Mapping[str, Any]) -> float:
+        floor = size["stage_mean_ms"].get("embed", 0.0) + size["raw_search_p50_ms"]
+        return round(size["p50_ms"] / floor, 3) if floor else float("inf")
+
+    return {
+        "p50_over_embed_plus_search": {str(s["chunks"]): over_search(s) for s in sizes},
+        "p50_largest_over_smallest": round(last["p50_ms"] / first["p50_ms"], 3),
+        "p95_over_p50": {str(s["chunks"]): round(s["p95_ms"] / s["p50_ms"], 3) for s in sizes},
+    }
 
 
 def _scale_settings(state_dir: Path, milvus_uri: str | None, collection: str) -> Settings:

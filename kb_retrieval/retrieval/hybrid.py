@@ -8,9 +8,11 @@ Two modes (``lexical_mode``, chosen when connecting, named in ``stats`` and in e
   (:mod:`kb_retrieval.retrieval.l1.full_text`). The dense candidates are the ``top_k`` hits with the best dense
   similarity (each computed from the hit's vector: the dense search's own score); the lexical ones are Milvus' BM25
   hits. No BM25 index is built at start-up, and another process's ingest is searched as soon as Milvus has it.
-- ``in_process_bm25`` (engines or collections without full-text search): a dense search, BM25 in memory
-  (:class:`~kb_retrieval.retrieval.lexical.LexicalIndex`), and a second search restricted to the lexical and
-  exact-identifier hits the dense search missed, for their dense similarity.
+- ``in_process_bm25`` (engines or collections without full-text search, e.g. the Milvus 2.3 server): BM25 in memory
+  (:class:`~kb_retrieval.retrieval.lexical.LexicalIndex`) while the dense search is out, and a search restricted to
+  the lexical and exact-identifier hits, for their dense similarity, sent before the dense search is back (one round
+  trip, two requests); of its answer the chunks the dense search missed are added. Milvus scores both searches, so
+  every similarity is the one a dense search gives.
 
 Each signal keeps its own score: the dense similarity (raw value, label, normalised similarity); ``lexical_score``,
 a candidate's BM25 score relative to the query's best BM25 hit under the same filter (1.0 for the best), which the
@@ -29,7 +31,10 @@ Example:
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextvars
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +47,7 @@ from kb_retrieval.config import Settings
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.indexing.milvus import full_text_off
 from kb_retrieval.models import Candidate, LexicalMode, QueryTransform
-from kb_retrieval.retrieval.deadline import Deadline
+from kb_retrieval.retrieval.deadline import Deadline, DeadlineExceededError
 from kb_retrieval.retrieval.exact import ExactIdentifierIndex
 from kb_retrieval.retrieval.l1.base import one_version_per_source, supports_hybrid
 from kb_retrieval.retrieval.l1.retriever import L1Retriever
@@ -52,6 +57,12 @@ from kb_retrieval.retrieval.timing import StageClock
 
 log = logging.getLogger(__name__)
 dispatcher = get_dispatcher(__name__)
+
+#: The dense search of an in-process BM25 search in Milvus, sent before BM25 runs (see ``HybridRetriever.search``).
+#: Its own pool: the caller already runs on a worker of the attempts' pool, which must not wait on itself.
+_SIDE_CALLS = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="kb-milvus-dense")
+#: What a dense search is given beyond the lookup's deadline (its own timeout normally ends it first).
+_DEADLINE_GRACE_S = 0.2
 
 
 def _calls(path: str | None) -> int:
@@ -168,50 +179,126 @@ class HybridRetriever(BaseRetriever):
             result = self._search_in_milvus(embedding, terms, category, deadline, clock, list(exact_terms), scope)
             result.exact_terms, result.exact_df = exact_terms, exact_df
             return result
-        with clock("search"):
-            dense = self.dense.search(
-                embedding, category, timeout=deadline.timeout(settings.milvus_search_timeout_s), scope=scope
-            )
-        result = HybridSearch(
-            candidates=dense.candidates,
-            path=dense.path,
-            path_fallback_reason=dense.path_fallback_reason,
-            lexical_mode=self.lexical_mode,
-            exact_terms=exact_terms,
-            exact_df=exact_df,
-            milvus_calls=_calls(dense.path),
+        if self.dense.memory is not None and scope is None:
+            return self._search_in_memory(embedding, query_text, category, deadline, clock, exact_terms, exact_df)
+        if not exact_terms and not self._runs_bm25():  # nothing to score beside the dense search
+            with clock("search"):
+                dense = self.dense.search(
+                    embedding, category, timeout=deadline.timeout(settings.milvus_search_timeout_s), scope=scope
+                )
+            return self._merged(dense, [], [], exact_terms, exact_df)
+        # In Milvus: the dense search is sent first and runs while BM25 runs here; the chunks BM25 or an exact
+        # identifier brings then get their dense similarity from a search restricted to them, sent while the dense
+        # one is still out. Two requests, one round trip: the lookup waits for the slower of the dense search and
+        # BM25 plus the restricted search, never for one search after the other. The ``search`` stage is that
+        # wait less the time BM25 took (stage ``lexical``), so the stages still add up.
+        started = time.perf_counter()
+        lexical_ms = clock.stage_ms.get("lexical", 0.0)
+        dense_call = _SIDE_CALLS.submit(
+            contextvars.copy_context().run,
+            self.dense.search,
+            embedding,
+            category,
+            timeout=deadline.timeout(settings.milvus_search_timeout_s),
+            scope=scope,
         )
-        known = {c.chunk_id for c in result.candidates}
-        missing = [c for c in exact_terms if c not in known]
-        if self.lexical_mode == "in_process_bm25" and self.lexical is not None and settings.lexical_top_k > 0:
-            with clock("lexical"):
-                hits = self._lexical(query_text, category)
-            result.lexical_scores = {h.chunk_id: h.score for h in hits}
-            result.lexical_count = len(hits)
-            missing += [
-                h.chunk_id
-                for h in hits
-                if h.chunk_id not in known and h.score >= settings.lexical_rescore_min and h.chunk_id not in missing
-            ]
-        result.lexical_added = len(missing)
-        if missing and not deadline.expired:  # Milvus scores the lexical candidates the dense search did not return
+        try:
+            lexical_hits = self._lexical_hits(query_text, category, clock)
+            wanted = self._wanted(exact_terms, lexical_hits)
+            extra: list[Candidate] | Exception = []
+            sent = bool(wanted) and not deadline.expired
+            if sent:
+                try:
+                    timeout = deadline.timeout(settings.milvus_search_timeout_s)
+                    extra = self.dense.search(embedding, category, ids=wanted, timeout=timeout, scope=scope).candidates
+                except Exception as exc:  # the dense candidates still stand
+                    extra = exc
             try:
-                result.milvus_calls += _calls(self.dense.path.name if self.dense.memory is None else "memory")
-                with clock("search"):
-                    extra = self.dense.search(
-                        embedding,
-                        category,
-                        ids=missing,
-                        timeout=deadline.timeout(settings.milvus_search_timeout_s),
-                        scope=scope,
-                    )
-                result.candidates = one_version_per_source(result.candidates + extra.candidates)
-            except Exception as exc:  # the dense candidates still stand
-                log.warning("scoring lexical candidates failed: %s", exc)
+                dense = dense_call.result(timeout=deadline.remaining() + _DEADLINE_GRACE_S)
+            except concurrent.futures.TimeoutError:
+                raise DeadlineExceededError("the lookup's deadline passed during the Milvus search") from None
+        finally:
+            dense_call.cancel()  # a no-op once it runs; an exception above must not leave it queued
+            lexical_ms = clock.stage_ms.get("lexical", 0.0) - lexical_ms
+            waited = (time.perf_counter() - started) * 1000 - lexical_ms
+            clock.stage_ms["search"] = round(clock.stage_ms.get("search", 0.0) + waited, 3)
+        result = self._merged(dense, lexical_hits, wanted, exact_terms, exact_df)
+        result.milvus_calls += 1 if sent else 0
+        if result.lexical_added:
+            if isinstance(extra, Exception):
+                log.warning("scoring lexical candidates failed: %s", extra)
+            else:
+                # What the dense search also returned is dropped from the restricted answer: the candidates are the
+                # ones a second search restricted to the chunks the dense search missed returns.
+                outside = {c for c in wanted if c not in {d.chunk_id for d in dense.candidates}}
+                added = [c for c in extra if c.chunk_id in outside]
+                result.candidates = one_version_per_source(result.candidates + added)
         if scope and result.lexical_scores:
             result.lexical_scores = _within(result.lexical_scores, {c.chunk_id for c in result.candidates})
             result.lexical_count = len(result.lexical_scores)
         return result
+
+    def _search_in_memory(
+        self,
+        embedding: list[float],
+        query_text: str,
+        category: str | None,
+        deadline: Deadline,
+        clock: StageClock,
+        exact_terms: dict[str, list[str]],
+        exact_df: dict[str, int],
+    ) -> HybridSearch:
+        """The memory plan's in-process mode: the dense search, BM25 and the missed chunks' scores, all in memory."""
+        with clock("search"):
+            dense = self.dense.search(embedding, category)
+        lexical_hits = self._lexical_hits(query_text, category, clock)
+        wanted = self._wanted(exact_terms, lexical_hits)
+        result = self._merged(dense, lexical_hits, wanted, exact_terms, exact_df)
+        missing = [c for c in wanted if c not in {d.chunk_id for d in dense.candidates}]
+        if missing and not deadline.expired:
+            with clock("search"):
+                extra = self.dense.search(embedding, category, ids=missing)
+            result.candidates = one_version_per_source(result.candidates + extra.candidates)
+        return result
+
+    def _runs_bm25(self) -> bool:
+        return self.lexical_mode == "in_process_bm25" and self.lexical is not None and self.settings.lexical_top_k > 0
+
+    def _lexical_hits(self, query_text: str, category: str | None, clock: StageClock) -> list[Any]:
+        """The in-process BM25 hits (none in the other modes)."""
+        if not self._runs_bm25():
+            return []
+        with clock("lexical"):
+            return self._lexical(query_text, category)
+
+    def _wanted(self, exact_terms: dict[str, list[str]], lexical_hits: list[Any]) -> list[str]:
+        """The chunks an exact identifier or BM25 (from ``lexical_rescore_min`` up) brings, whether or not the dense
+        search returns them too."""
+        floor = self.settings.lexical_rescore_min
+        return list(dict.fromkeys([*exact_terms, *(h.chunk_id for h in lexical_hits if h.score >= floor)]))
+
+    def _merged(
+        self,
+        dense: Any,
+        lexical_hits: list[Any],
+        wanted: list[str],
+        exact_terms: dict[str, list[str]],
+        exact_df: dict[str, int],
+    ) -> HybridSearch:
+        """The dense search's answer with the lexical signal's figures (the missed chunks not yet added)."""
+        known = {c.chunk_id for c in dense.candidates}
+        return HybridSearch(
+            candidates=dense.candidates,
+            lexical_scores={h.chunk_id: h.score for h in lexical_hits},
+            exact_terms=exact_terms,
+            exact_df=exact_df,
+            path=dense.path,
+            path_fallback_reason=dense.path_fallback_reason,
+            lexical_mode=self.lexical_mode,
+            lexical_count=len(lexical_hits),
+            lexical_added=sum(1 for c in wanted if c not in known),
+            milvus_calls=_calls(dense.path),
+        )
 
     def _exact(self, query_text: str) -> tuple[dict[str, list[str]], dict[str, int]]:
         """Chunk id -> the rare query identifiers and rare terms it holds verbatim, and -> the document frequency of

@@ -15,8 +15,9 @@ English stopwords dropped, Snowball English stems):
   same terms.
 - **In process** (``lexical_mode = in_process_bm25``, the fallback for engines without full-text search, e.g. the
   Milvus 2.3 server, and for collections made before it): :class:`LexicalIndex`, built in memory from the
-  collection's rows when a lookup object is created and after another process's ingest; the lexical hits the dense
-  search missed get their dense similarity from a second Milvus search restricted to their ids.
+  collection's rows when a lookup object is created and after another process's ingest; the lexical hits get their
+  dense similarity from a Milvus search restricted to their ids, sent beside the dense search
+  (:mod:`kb_retrieval.retrieval.hybrid`).
 
 Example:
     >>> index = LexicalIndex.build([("c1", "Redis memory high", "redis"), ("c2", "MySQL lag", "mysql")])
@@ -138,6 +139,27 @@ def lexical_document(title: str | None, breadcrumb: str | None, content: str) ->
     return f"{lexical_header(title, breadcrumb)}\n{content}"
 
 
+def top_k(values: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the ``k`` largest ``values``, largest first, equal values in position order: the same as
+    ``np.argsort(-values, kind="stable")[:k]``, without sorting every value (at 100k chunks that sort took ~14 ms of a
+    ~18 ms BM25 search; a partition and a sort of ``k`` take well under 1 ms).
+
+    Example:
+        >>> top_k(np.array([0.5, 2.0, 0.5, 1.0, 2.0]), 3).tolist()
+        [1, 4, 3]
+    """
+    n = len(values)
+    if k <= 0:
+        return np.empty(0, dtype=np.intp)
+    if k >= n:
+        return np.argsort(-values, kind="stable")
+    kth = np.partition(values, n - k)[n - k]  # the k-th largest value
+    above = np.flatnonzero(values > kth)  # fewer than k
+    ties = np.flatnonzero(values == kth)[: k - len(above)]  # the first of the equal ones, as a stable sort keeps
+    chosen = np.sort(np.concatenate([above, ties]))
+    return chosen[np.argsort(-values[chosen], kind="stable")]
+
+
 @dataclass(frozen=True)
 class LexicalHit:
     chunk_id: str
@@ -194,7 +216,7 @@ class LexicalIndex:
             if positions is not None:
                 kept[positions] = weights[positions]
             weights = kept
-        top = np.argsort(-weights, kind="stable")[:k]
+        top = top_k(weights, k)
         best = float(weights[top[0]]) if len(top) else 0.0
         if best <= 0:
             return []

@@ -19,7 +19,7 @@ from kb_retrieval.bench.run import (
     summary_markdown,
     targets,
 )
-from kb_retrieval.bench.speed import latency_at_scale, server_scale
+from kb_retrieval.bench.speed import latency_at_scale, server_scale, server_targets
 from kb_retrieval.cli import build_parser
 from tests.conftest import SAMPLE_KB
 
@@ -51,6 +51,18 @@ def test_server_target_is_judged_from_the_largest_and_smallest_size():
     slower["speed"]["scale_server"]["sizes"][-1]["p50_ms"] = 41.0
     assert targets(slower)["server_p50_100k<=2x_1k"] == {"ratio": 2.05, "met": False}
     assert "server_p50_100k<=2x_1k" not in targets({"speed": {"scale": LITE}})
+
+
+def test_server_targets_are_issue_21_s_ratios():
+    sizes = [
+        {**point, "stage_mean_ms": {"embed": 6.0, "search": 4.0}, "raw_search_p50_ms": 4.0} for point in SERVER["sizes"]
+    ]
+    assert server_targets(sizes) == {
+        "p50_over_embed_plus_search": {"1000": 2.0, "100000": 3.9},
+        "p50_largest_over_smallest": 1.95,
+        "p95_over_p50": {"1000": 1.5, "100000": 0.769},
+    }
+    assert server_targets([]) == {}
 
 
 def test_summary_has_the_server_paragraph():
@@ -85,6 +97,7 @@ def test_server_scale_on_the_test_server(milvus_server, tmp_path, embed_model):
     assert [p["chunks"] for p in figures["sizes"]] == [200, 2500]
     for point in figures["sizes"]:
         assert point["recall@20"] >= 0.9 and 0 < point["p50_ms"] <= point["p95_ms"]
+    assert set(figures["targets"]["p95_over_p50"]) == {"200", "2500"}
 
 
 def test_a_partial_run_keeps_the_other_figures_in_full_run_order(tmp_path):

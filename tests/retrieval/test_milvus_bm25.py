@@ -111,8 +111,9 @@ def test_exact_identifier_chunks_come_in_the_same_call(bm25_lookup, embed_model)
     assert filtered.milvus_calls == 1 and {c.category for c in filtered.candidates} == {"mysql"}
 
 
-def test_in_process_mode_makes_a_second_call_only_for_missed_candidates(bm25_lookup, embed_model):
-    """The fallback on the same collection: a dense search, and a second one for what it missed (named in the trace)."""
+def test_in_process_mode_makes_a_second_call_only_for_lexical_or_identifier_candidates(bm25_lookup, embed_model):
+    """The fallback on the same collection: a dense search, and, when BM25 or an exact identifier brings chunks, a
+    search restricted to them beside it (both named in the trace; tests/retrieval/test_hybrid_in_process.py)."""
     from kb_retrieval.retrieval.hybrid import HybridRetriever
     from kb_retrieval.retrieval.lexical import LexicalIndex
 

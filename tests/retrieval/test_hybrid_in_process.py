@@ -1,0 +1,166 @@
+"""In-process BM25 on the milvus plan (``lexical_mode = in_process_bm25``, as on a Milvus 2.3 server): the search
+restricted to the BM25 and exact-identifier chunks goes out with the dense search, not after it, and the candidates
+are the ones the two searches in a row gave."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+
+import pytest
+
+from kb_retrieval.config import Settings
+from kb_retrieval.engine import KnowledgeLookup
+from kb_retrieval.indexing.embeddings import embed_query
+from kb_retrieval.indexing.ingest import ingest
+from kb_retrieval.retrieval.hybrid import HybridRetriever
+from kb_retrieval.retrieval.l1.base import one_version_per_source
+from tests.conftest import SAMPLE_KB
+
+QUERIES = [
+    "MySQL replica is many seconds behind the primary",
+    "the checkout service logs getaddrinfo ENOTFOUND since the deploy",
+    "RedisMemoryHigh: memory above 90% of maxmemory on cache-01",
+    "disk almost full on db host",
+]
+
+
+@pytest.fixture(scope="module")
+def in_process(tmp_path_factory, embed_model) -> KnowledgeLookup:
+    """A collection without full-text search (no analysed text field), searched in Milvus: BM25 runs in process."""
+    settings = Settings(
+        state_dir=tmp_path_factory.mktemp("in-process"),
+        vector_store_mode="sdk",
+        lexical_text_field="",
+        freshness_check_s=3600,  # the index-version check stays out of the counts
+    )
+    ingest([SAMPLE_KB], settings, embed_model=embed_model)
+    lookup = KnowledgeLookup(settings, embed_model=embed_model)
+    assert lookup.lexical_mode == "in_process_bm25" and lookup.plan == "milvus"
+    return lookup
+
+
+def two_searches_in_a_row(hybrid: HybridRetriever, embedding: list[float], query: str, category: str | None):
+    """What the in-process mode returned before: the dense search, then one restricted to the chunks it missed."""
+    s = hybrid.settings
+    dense = hybrid.dense.search(embedding, category).candidates
+    exact, _ = hybrid._exact(query)
+    hits = hybrid.lexical.search(query, s.lexical_top_k, category)
+    known = {c.chunk_id for c in dense}
+    missing = [c for c in exact if c not in known]
+    missing += [h.chunk_id for h in hits if h.chunk_id not in known and h.score >= s.lexical_rescore_min]
+    missing = list(dict.fromkeys(missing))
+    extra = hybrid.dense.search(embedding, category, ids=missing).candidates if missing else []
+    return one_version_per_source(dense + extra), len(missing)
+
+
+@pytest.mark.parametrize("top_k", [20, 1])
+@pytest.mark.parametrize("category", [None, "mysql"])
+def test_candidates_are_those_of_two_searches_in_a_row(in_process, embed_model, top_k, category):
+    lookup = in_process.with_settings(top_k=top_k)
+    for query in QUERIES:
+        embedding = embed_query(embed_model, query)
+        expected, added = two_searches_in_a_row(lookup.hybrid, embedding, query, category)
+        found = lookup.hybrid.search(embedding, query, category)
+        assert [c.chunk_id for c in found.candidates] == [c.chunk_id for c in expected]
+        # Milvus Lite scores a restricted search with one matrix product over the chunks it is restricted to, so a
+        # chunk's score can differ in the last float32 bit with the set (the server scores each chunk on its own:
+        # there they are equal, tests/test_server_mode.py).
+        for got, want in zip(found.candidates, expected, strict=True):
+            assert got.score == pytest.approx(want.score, abs=1e-6)
+        assert found.lexical_added == added
+
+
+class SlowSearches:
+    """Wraps the client's ``search``: each call takes at least ``delay_s``; records each call's start and end."""
+
+    def __init__(self, client, delay_s: float) -> None:
+        self.spans: list[tuple[float, float]] = []
+        self.names: list[str] = []
+        self._lock = threading.Lock()
+        self._original = client.search
+        self._client = client
+        self.delay_s = delay_s
+        client.search = self._search
+
+    def _search(self, *args, **kwargs):
+        start = time.monotonic()
+        try:
+            return self._original(*args, **kwargs)
+        finally:
+            time.sleep(max(0.0, self.delay_s - (time.monotonic() - start)))
+            with self._lock:
+                self.spans.append((start, time.monotonic()))
+                self.names.append("restricted" if " in [" in (kwargs.get("filter") or "") else "dense")
+
+    def restore(self) -> None:
+        self._client.search = self._original
+
+
+def test_the_restricted_search_runs_alongside_the_dense_search(in_process, embed_model):
+    query = QUERIES[1]  # an exact identifier and BM25 hits: chunks to score besides the dense search
+    lookup = in_process.with_settings(top_k=1)
+    embedding = embed_query(embed_model, query)
+    slow = SlowSearches(lookup.client, delay_s=0.3)
+    try:
+        t0 = time.monotonic()
+        found = lookup.hybrid.search(embedding, query, None)
+        took = time.monotonic() - t0
+    finally:
+        slow.restore()
+    assert sorted(slow.names) == ["dense", "restricted"] and found.milvus_calls == 2 and found.lexical_added > 0
+    (a_start, a_end), (b_start, b_end) = slow.spans
+    assert a_start < b_end and b_start < a_end  # the two calls overlap
+    assert took < 0.55  # one call's time (0.3 s), not two in a row (0.6 s)
+
+
+def test_a_lookup_makes_one_round_trip_per_attempt(in_process):
+    """Every attempt's Milvus calls overlap: at most one dense and one restricted search, at the same time."""
+    for query in QUERIES:
+        in_process.lookup(query)  # warm: the evidence documents' sections are cached
+        slow = SlowSearches(in_process.client, delay_s=0.2)
+        try:
+            result = in_process.lookup(query)
+        finally:
+            slow.restore()
+        attempts = result.retrieval_trace.attempts
+        assert len(slow.spans) == sum(a.milvus_calls for a in attempts) <= 2 * len(attempts)
+        assert slow.names.count("dense") == len(attempts)
+        spans = sorted(slow.spans)
+        overlapping = sum(1 for (_, end), (start, _) in itertools.pairwise(spans) if start < end)
+        assert overlapping == len(spans) - len(attempts)  # each attempt's restricted search overlaps its dense one
+
+
+def test_no_bm25_or_identifier_chunks_means_one_search(in_process, embed_model):
+    from kb_retrieval.retrieval.lexical import LexicalIndex
+
+    texts = [(c, f"{c} text", "") for c in ("a", "b")]  # BM25 finds nothing for the query
+    hybrid = HybridRetriever(in_process.dense, LexicalIndex.build(texts), in_process.settings, exact=in_process.exact)
+    query = QUERIES[0]
+    slow = SlowSearches(in_process.client, delay_s=0.0)
+    try:
+        found = hybrid.search(embed_query(embed_model, query), query, None)
+    finally:
+        slow.restore()
+    assert slow.names == ["dense"] and found.milvus_calls == 1 and found.lexical_added == 0
+
+
+def test_a_failed_restricted_search_keeps_the_dense_candidates(in_process, embed_model, caplog):
+    query = QUERIES[1]
+    lookup = in_process.with_settings(top_k=1)
+    embedding = embed_query(embed_model, query)
+    original = lookup.client.search
+
+    def failing(*args, **kwargs):
+        if " in [" in (kwargs.get("filter") or ""):
+            raise RuntimeError("restricted search down")
+        return original(*args, **kwargs)
+
+    lookup.client.search = failing
+    try:
+        found = lookup.hybrid.search(embedding, query, None)
+    finally:
+        lookup.client.search = original
+    assert [c.chunk_id for c in found.candidates] == [c.chunk_id for c in lookup.dense.search(embedding).candidates]
+    assert "scoring lexical candidates failed: restricted search down" in caplog.text
