@@ -207,8 +207,9 @@ class ExactIdentifierIndex:
         in its title or a heading (``named``, from :func:`named_terms`); the chunks holding it, rarest first."""
         hits = []
         for token in query_words(query) if max_df > 0 else []:
+            if not (naming := named.get(token.lower())):  # cheap first: most words name no document
+                continue
             by_source = self.token_holders(token)
-            naming = named.get(token.lower(), frozenset())
             if not 0 < len(by_source) <= max_df or self.stem_frequency(token) > max_df:
                 continue
             if sources := tuple(sorted(s for s in by_source if s in naming)):
