@@ -148,9 +148,10 @@ class ExactIdentifierIndex:
         held = np.frombuffer(holders, dtype=np.int64)[order] if len(holders) else np.empty(0, dtype=np.int64)
         return cls(names, starts, held, chunk_ids, sources)
 
-    def holders(self, token: str) -> dict[str, set[str]]:
+    def holders(self, token: str, limit: int | None = None) -> dict[str, set[str]] | None:
         """Documents (-> chunks) holding ``token`` verbatim, also inside a longer token (``kube_pod_info`` is in
-        ``kube_pod_info_total``): the document frequency says how rare the string is, not the whole word."""
+        ``kube_pod_info_total``): the document frequency says how rare the string is, not the whole word. ``None``
+        when more than ``limit`` documents hold it (found without reading them all)."""
         needle = token.lower()
         start = 0
         lines: list[int] = []
@@ -159,17 +160,19 @@ class ExactIdentifierIndex:
             lines.append(line)
             next_line = line + 1
             start = int(self._line_starts[next_line]) if next_line < len(self._line_starts) else len(self._vocabulary)
-        return self._holders_of(lines)
+        return self._holders_of(lines, limit)
 
-    def token_holders(self, token: str) -> dict[str, set[str]]:
-        """Documents (-> chunks) holding ``token`` as a whole token (case folded)."""
+    def token_holders(self, token: str, limit: int | None = None) -> dict[str, set[str]] | None:
+        """Documents (-> chunks) holding ``token`` as a whole token (case folded); ``None`` past ``limit``."""
         needle = token.lower()
         at = bisect_left(self._tokens, needle)
-        return self._holders_of([at]) if at < len(self._tokens) and self._tokens[at] == needle else {}
+        return self._holders_of([at] if at < len(self._tokens) and self._tokens[at] == needle else [], limit)
 
-    def stem_frequency(self, word: str) -> int:
-        """How many documents hold a word of ``word``'s stem (``reconcile``: also reconciling, reconciliation)."""
-        return len(self._holders_of(self._stem_tokens.get(stem(word.lower()), [])))
+    def stem_frequency(self, word: str, limit: int | None = None) -> int:
+        """How many documents hold a word of ``word``'s stem (``reconcile``: also reconciling, reconciliation);
+        ``limit + 1`` when more than ``limit`` do."""
+        holders = self._holders_of(self._stem_tokens.get(stem(word.lower()), []), limit)
+        return len(holders) if holders is not None else (limit or 0) + 1
 
     @cached_property
     def _stem_tokens(self) -> dict[str, list[int]]:
@@ -180,23 +183,26 @@ class ExactIdentifierIndex:
                 out[stem(token)].append(i)
         return out
 
-    def _holders_of(self, token_indexes: Iterable[int]) -> dict[str, set[str]]:
-        """Documents (-> chunks) holding any of the vocabulary's tokens at ``token_indexes``."""
+    def _holders_of(self, token_indexes: Iterable[int], limit: int | None = None) -> dict[str, set[str]] | None:
+        """Documents (-> chunks) holding any of the vocabulary's tokens at ``token_indexes``; ``None`` as soon as
+        more than ``limit`` documents do (a common token at 100k chunks has thousands of rows)."""
         slices = [self._rows[self._starts[i] : self._starts[i + 1]] for i in token_indexes]
         out: dict[str, set[str]] = defaultdict(set)
-        for row in np.unique(np.concatenate(slices)).tolist() if slices else []:
+        for row in np.concatenate(slices).tolist() if slices else []:
             out[self._sources[row]].add(self._chunk_ids[row])
+            if limit is not None and len(out) > limit:
+                return None
         return out
 
     def document_frequency(self, token: str) -> int:
-        return len(self.holders(token))
+        return len(self.holders(token) or ())
 
     def match(self, query: str, max_df: int = 2) -> list[ExactHit]:
         """The query's identifiers found verbatim in 1..``max_df`` documents, rarest first."""
         hits = []
         for token in query_identifiers(query):
-            by_source = self.holders(token)
-            if 0 < len(by_source) <= max_df:
+            by_source = self.holders(token, limit=max_df)
+            if by_source:
                 sources = tuple(sorted(by_source))
                 chunks = tuple(sorted(c for s in sources for c in by_source[s]))
                 hits.append(ExactHit(token, sources, chunks))
@@ -209,8 +215,8 @@ class ExactIdentifierIndex:
         for token in query_words(query) if max_df > 0 else []:
             if not (naming := named.get(token.lower())):  # cheap first: most words name no document
                 continue
-            by_source = self.token_holders(token)
-            if not 0 < len(by_source) <= max_df or self.stem_frequency(token) > max_df:
+            by_source = self.token_holders(token, limit=max_df)
+            if not by_source or self.stem_frequency(token, limit=max_df) > max_df:
                 continue
             if sources := tuple(sorted(s for s in by_source if s in naming)):
                 chunks = tuple(sorted(c for s in sources for c in by_source[s]))

@@ -101,3 +101,13 @@ def test_holders_are_every_chunk_with_a_token_containing_the_needle():
         assert dict(index.holders(needle)) == expected
         assert index.document_frequency(needle) == len(expected)
     assert ExactIdentifierIndex.build([]).holders("kube_pod_info") == {}
+
+
+@pytest.mark.unit
+def test_a_limit_stops_at_the_first_document_past_it():
+    index = ExactIdentifierIndex.build([(f"c{i}", f"d{i % 3}.md", "kube_pod_info_total pods") for i in range(30)])
+    assert index.holders("kube_pod_info", limit=2) is None  # three documents hold it
+    assert set(index.holders("kube_pod_info", limit=3) or {}) == {"d0.md", "d1.md", "d2.md"}
+    assert index.token_holders("pods", limit=1) is None
+    assert index.stem_frequency("pod", limit=1) == 2  # past the limit: limit + 1
+    assert index.stem_frequency("pod") == 3
