@@ -437,6 +437,13 @@ class KBSettings(BaseSettings):
         description="The memory plan's bound: a collection whose mirror would pass it is searched in Milvus "
         "(about 0.5 GB per 100k chunks of ~1 KB text with 384-d vectors, by estimate).",
     )
+    state_snapshots: bool = Field(
+        default=True,
+        description="Keep what a lookup object builds from every chunk (the memory plan's mirror, the "
+        "exact-identifier index) in <state_dir>/snapshots, one per collection and index version: a later process "
+        "with the same index version loads it instead of reading the collection (100k chunks: about 1 s instead of "
+        "50 s; ~0.45 GB of disk). Milvus stays the store of record: a new version is read from it.",
+    )
     l1_enabled: bool = Field(default=True, description="Semantic retrieval; off only for diagnostics.")
     top_k: int = Field(default=20, gt=0, le=200, description="L1 candidates fetched per attempt.")
     max_evidence_blocks: int = Field(default=5, gt=0, description="Evidence blocks returned at most.")

@@ -42,6 +42,7 @@ from kb_retrieval.indexing.l0_index import L0Index
 from kb_retrieval.indexing.milvus import connect, ensure_collection, features_off, iter_rows, without_missing_fields
 from kb_retrieval.indexing.model_check import check_query_model
 from kb_retrieval.indexing.onnx_query import query_encoder
+from kb_retrieval.indexing.snapshot import SnapshotParts, load_snapshot, snapshot_key, write_snapshot
 from kb_retrieval.models import Candidate, LookupResult
 from kb_retrieval.query_engine import KnowledgeQueryEngine
 from kb_retrieval.result import agent_text, assemble_result, evidence_nodes
@@ -170,11 +171,20 @@ class KnowledgeLookup:
             title_coverage_min=scoring.l0_title_coverage_min,
             title_coverage_limit=scoring.l0_title_coverage_limit,
         )
-        memory = self._load_memory()
-        # In milvus_bm25 mode Milvus keeps BM25 (always as fresh as the collection); the scan serves the exact index.
-        # The memory plan has every row already: the same rows serve both, with no second scan.
-        needs_scan = self.lexical_mode == "in_process_bm25" or scoring.exact_signals
-        lexical, exact = self._build_lexical(memory.rows if memory else None) if needs_scan else (None, None)
+        # What is built from every chunk comes from this host's snapshot of the index version when there is one.
+        started, plan = time.perf_counter(), self.plan
+        key = snapshot_key(self.settings, index.index_version, plan=plan, lexical_mode=self.lexical_mode)
+        parts = load_snapshot(self.settings, key) if key else None
+        if parts is not None:
+            memory, lexical, exact = parts.memory, None, parts.exact
+        else:
+            memory = self._load_memory()
+            # In milvus_bm25 mode Milvus keeps BM25 (always as fresh as the collection); the scan serves the exact
+            # index. The memory plan has every row already: the same rows serve both, with no second scan.
+            needs_scan = self.lexical_mode == "in_process_bm25" or scoring.exact_signals
+            lexical, exact = self._build_lexical(memory.rows if memory else None) if needs_scan else (None, None)
+        self.state_source = "snapshot" if parts is not None else "milvus"
+        self.state_read_s = round(time.perf_counter() - started, 3)
         doc_vectors = (
             DocumentVectors.load_from_milvus(self.client, self.settings) if self.settings.document_ranking else None
         )
@@ -184,6 +194,8 @@ class KnowledgeLookup:
         self.l0, self.lexical, self.exact, self.doc_vectors = l0, lexical, exact, doc_vectors
         self.named_terms = names
         self.memory = memory
+        if parts is None and key and plan == self.plan:
+            self._write_snapshot(key, index.index_version, SnapshotParts(memory=memory, exact=exact))
         if not hasattr(self, "attempts"):
             self._assemble()
             return
@@ -196,6 +208,17 @@ class KnowledgeLookup:
                 postprocessor.l0 = l0
             elif isinstance(postprocessor, DocumentRanker):
                 postprocessor.vectors = doc_vectors
+
+    def _write_snapshot(self, key: str, version: str, parts: SnapshotParts) -> None:
+        """Snapshot what was read, unless an ingest published a new version meanwhile (what was read may then hold
+        part of it: it is kept in memory until the freshness check reloads, never under the older version's key)."""
+        try:
+            unchanged = index_version(self.client, self.settings, timeout=self.settings.milvus_timeout_s) == version
+        except Exception as exc:
+            log.warning("state snapshot not written (the index version could not be read again): %s", exc)
+            return
+        if unchanged:
+            write_snapshot(self.settings, key, parts)
 
     def _load_memory(self) -> MemoryMirror | None:
         """The memory plan's mirror, read from Milvus now; ``None`` on the milvus plan. A collection past the bound

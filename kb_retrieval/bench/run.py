@@ -29,6 +29,8 @@ QUESTIONS_SET = "runbooks-paraphrase-dev.jsonl"
 LATENCY_TARGETS = {"alerts": 0.5, "questions": 0.5}
 #: A ``KnowledgeLookup`` on the runbooks corpus builds within this many seconds, the model loaded (issue 21).
 BUILD_TARGET_S = 1.5
+#: Construction at the largest scale size once the index version's snapshot exists (issue 21: 100k chunks, 5 s).
+SCALE_BUILD_TARGET_S = 5.0
 README_START = "<!-- bench:start -->"
 README_END = "<!-- bench:end -->"
 
@@ -196,6 +198,15 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
     if start := (report.get("speed") or {}).get("start_up"):
         build = start["lookup_build_s"]
         out[f"lookup_build<={BUILD_TARGET_S}s_runbooks"] = {"seconds": build, "met": build <= BUILD_TARGET_S}
+    lite_sizes = (report.get("speed") or {}).get("scale") or []
+    if lite_sizes and "lookup_rebuild_s" in lite_sizes[-1]:  # issue 21: a start at 100k chunks within 5 s
+        largest = lite_sizes[-1]
+        out[f"lookup_build<={SCALE_BUILD_TARGET_S}s_{largest['chunks']}_chunks"] = {
+            "seconds": largest["lookup_rebuild_s"],
+            "state": largest["lookup_rebuild_state"],
+            "met": largest["lookup_rebuild_s"] <= SCALE_BUILD_TARGET_S
+            and largest["lookup_rebuild_state"] == "snapshot",
+        }
     throughput = (report.get("speed") or {}).get("ingest_throughput")
     if throughput:
         out["ingest/raw_embedding>=0.85"] = {"ratio": throughput["ratio"], "met": throughput["ratio"] >= 0.85}
@@ -268,6 +279,13 @@ def summary_markdown(report: dict[str, Any]) -> str:
         lines.append(
             "Lookup p50 by collection size: " + ", ".join(f"{s['chunks']} chunks {s['p50_ms']} ms" for s in scale) + "."
         )
+        if "lookup_rebuild_s" in scale[-1]:
+            lines.append(
+                "KnowledgeLookup construction by collection size, reading every chunk from Milvus / from the state "
+                "snapshot of the index version (a later process's start): "
+                + ", ".join(f"{s['chunks']} chunks {s['lookup_build_s']} / {s['lookup_rebuild_s']} s" for s in scale)
+                + "."
+            )
     if server := speed.get("scale_server"):
         lines.append(server_scale_markdown(server, speed.get("scale") or []))
     if report.get("targets"):

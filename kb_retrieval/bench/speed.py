@@ -216,8 +216,9 @@ def latency_at_scale(
     Per size, after a warm-up pass and with each query twice: lookup p50/p95 and the search stage's p50; the raw
     vector search alone (p50) and its recall@20 against an exact search over the same vectors (optimistic: random
     filler is far from every query); the cost of one :func:`index_version` check; how long a new
-    ``KnowledgeLookup`` took to build (it scans the collection for BM25). On a server the figures are taken once
-    every row is indexed.
+    ``KnowledgeLookup`` took to build, the first one for the index version (it reads every chunk) and a second (in
+    this process: the model already loaded) that loads the snapshot the first one wrote. On a server the figures are
+    taken once every row is indexed.
     """
     return _grow_and_measure(kb_root, state_dir, queries, embed_model, sizes, log, milvus_uri, collection)
 
@@ -290,7 +291,7 @@ def _grow_and_measure(
 ) -> list[dict[str, Any]]:
     from kb_retrieval.engine import KnowledgeLookup
     from kb_retrieval.indexing.embeddings import embed_query
-    from kb_retrieval.indexing.index_version import index_version
+    from kb_retrieval.indexing.index_version import index_version, publish_version, version_content
     from kb_retrieval.indexing.ingest import ingest
     from kb_retrieval.indexing.milvus import connect, full_text_off, is_lite_engine, iter_rows, search_params
 
@@ -342,9 +343,19 @@ def _grow_and_measure(
         client.flush(settings.collection)
         flush_seconds += time.perf_counter() - t0
         index_seconds = 0.0 if lite else _wait_until_indexed(client, settings)
+        # A writer publishes a new index version after its writes, as ingest does: the lookup objects' state
+        # (and its snapshot) follow the version.
+        publish_version(client, settings, content=version_content(index_version(client, settings)), wrote=True)
         t0 = time.perf_counter()
         lookup = KnowledgeLookup(settings, client=client)  # queries embedded as a user's are (ONNX)
         build_s = time.perf_counter() - t0
+        build_source = lookup.state_source
+        lookup.close()
+        # A later process's start: the same version, so the state comes from the snapshot the first one wrote.
+        t0 = time.perf_counter()
+        lookup = KnowledgeLookup(settings, client=client)
+        rebuild_s = time.perf_counter() - t0
+        rebuild_source = lookup.state_source
         for query in queries:  # warm-up: caches, connections, the query encoder's first calls
             lookup.lookup(query)
         times, search = [], []
@@ -374,6 +385,9 @@ def _grow_and_measure(
                 "recall@20": recall,
                 "index_version_p50_ms": percentile(version_ms, 50),
                 "lookup_build_s": round(build_s, 2),
+                "lookup_build_state": build_source,
+                "lookup_rebuild_s": round(rebuild_s, 2),
+                "lookup_rebuild_state": rebuild_source,
                 "index_wait_s": round(index_seconds, 1),
             }
         )

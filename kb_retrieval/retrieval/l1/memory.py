@@ -223,6 +223,20 @@ class MemoryMirror:
     def __len__(self) -> int:
         return len(self.ids)
 
+    # --- a snapshot of it (kb_retrieval.indexing.snapshot) ----------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a snapshot keeps: the data, without the settings (bound again on load) or the candidates made."""
+        state = self.__dict__.copy()
+        state["settings"] = None
+        state["_candidates"] = None
+        return state
+
+    def bind(self, settings: Settings) -> None:
+        """Attach a mirror loaded from a snapshot to the settings of the lookup object that loaded it."""
+        self.settings = settings
+        self._candidates = [None] * len(self.rows)
+
     # --- searches -----------------------------------------------------------------------------------------
 
     def _scope(self, category: str | None, ids: Iterable[str] | None) -> np.ndarray | None:
