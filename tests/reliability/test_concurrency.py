@@ -288,7 +288,9 @@ def test_ingest_while_looking_up_never_mixes_versions(
     own. The memory plan searches a mirror read when the index version changes, which an ingest publishes only after
     its deletes: its readers force a reload before each lookup, so that reloads land in those moments too."""
     edits = 12 if milvus_backend.name == "lite" else 6
-    settings = milvus_backend.settings(lookup_plan=plan)
+    # No state snapshot: a forced reload must read the collection (a snapshot of the current version would serve
+    # the mirror read before the ingest began, and no reload would land in a both-versions moment).
+    settings = milvus_backend.settings(lookup_plan=plan, state_snapshots=False)
     kb = write_kb(tmp_path / "kb", OTHERS)
     _ingest_with(settings, kb, 0, embed_model)
     model = MemoModel(embed_model, [QUERY])  # readers spend their time searching, not embedding
