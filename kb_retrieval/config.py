@@ -236,6 +236,13 @@ class ScoringSettings(BaseModel):
         "their rarity in the knowledge base (the title vector's weight, not fitted: on the public sets 0.5-1.0 "
         "gave the same figures within a query or two per set).",
     )
+    static_common_min_documents: int = Field(
+        default=20,
+        ge=0,
+        description="From this many documents the static model's signals leave out the direction every document's "
+        "static vector shares (its first singular vector, kb_retrieval.indexing.doc_vectors.common_direction); 0: "
+        "never. Fewer documents do not estimate it.",
+    )
     rank_chunk: float = Field(
         default=0.0,
         ge=0,

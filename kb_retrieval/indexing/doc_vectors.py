@@ -293,6 +293,7 @@ class DocumentVectors:
         static_model: StaticEmbedder | None = None,
         titles: Mapping[str, str] | None = None,
         terms: Mapping[str, str] | None = None,
+        common_min_documents: int = 0,
     ) -> None:
         self.sources = sorted(vectors or {})
         self.position = {source: i for i, source in enumerate(self.sources)}
@@ -309,6 +310,16 @@ class DocumentVectors:
             self.static_titles = self.static_model.embed_weighted(
                 [titles.get(s, "") for s in self.sources], self.term_weights
             )
+        # The direction every static vector shares (see common_direction), one per static signal; None: kept.
+        self.static_common: np.ndarray | None = None
+        self.static_title_common: np.ndarray | None = None
+        if common_min_documents and len(self.sources) >= common_min_documents:
+            if self.static is not None:
+                self.static_common = common_direction(self.static)
+                self.static = without_direction(self.static, self.static_common)
+            if self.static_titles is not None:
+                self.static_title_common = common_direction(self.static_titles)
+                self.static_titles = without_direction(self.static_titles, self.static_title_common)
         self.off_reason = off_reason
 
     @property
@@ -342,6 +353,7 @@ class DocumentVectors:
             static_model=load_static_embedder() if static else None,
             titles=titles,
             terms=terms,
+            common_min_documents=settings.scoring.static_common_min_documents,
         )
 
     def similarities(
@@ -358,11 +370,46 @@ class DocumentVectors:
         static = np.zeros(len(known), dtype=np.float32)
         static_title = np.zeros(len(known), dtype=np.float32)
         if self.static is not None and self.static_model is not None and query_text:
-            static = self.static[rows] @ self.static_model.embed([query_text])[0]
+            plain = self.static_model.embed([query_text])
+            if self.static_common is not None:
+                plain = without_direction(plain, self.static_common)
+            static = self.static[rows] @ plain[0]
             if self.static_titles is not None and self.term_weights is not None:
-                weighted = self.static_model.embed_weighted([query_text], self.term_weights)[0]
-                static_title = self.static_titles[rows] @ weighted
+                weighted = self.static_model.embed_weighted([query_text], self.term_weights)
+                if self.static_title_common is not None:
+                    weighted = without_direction(weighted, self.static_title_common)
+                static_title = self.static_titles[rows] @ weighted[0]
         return {
             s: (float(row[0]), float(row[1]), float(row[2]), float(st), float(tt))
             for s, row, st, tt in zip(known, sims, static, static_title, strict=True)
         }
+
+
+def common_direction(rows: np.ndarray) -> np.ndarray:
+    """The unit direction the rows of ``rows`` share most: its first right singular vector, not centred (the second
+    half of "smooth inverse frequency" sentence vectors, Arora et al. 2017), signed to agree with the rows' mean.
+
+    A static model's text vector is a sum of word vectors, and what every text of one knowledge base says (the words
+    of its domain and of runbook prose) adds one direction to all of them; cosine similarity then measures that
+    direction as much as the query's own words. Removing it from documents and query alike leaves what tells the
+    documents apart. Estimated only from enough documents (``ScoringSettings.static_common_min_documents``): from a
+    handful, the first direction is one document's, not the corpus's.
+
+    Example:
+        >>> rows = np.array([[1.0, 0.1], [1.0, -0.1]], dtype=np.float32)
+        >>> np.round(common_direction(rows), 3).tolist()
+        [1.0, 0.0]
+    """
+    _, _, vt = np.linalg.svd(np.asarray(rows, dtype=np.float64), full_matrices=False)
+    direction = vt[0]
+    if float(direction @ rows.sum(axis=0)) < 0:
+        direction = -direction
+    return direction.astype(np.float32)
+
+
+def without_direction(rows: np.ndarray, direction: np.ndarray) -> np.ndarray:
+    """``rows`` with their component along the unit ``direction`` taken out, each renormalised (a zero row stays
+    zero)."""
+    rest = rows - np.outer(rows @ direction, direction)
+    norms = np.linalg.norm(rest, axis=1, keepdims=True)
+    return (rest / np.where(norms == 0, 1.0, norms)).astype(np.float32)

@@ -19,8 +19,11 @@ mostly in their titles. :class:`DocumentRanker` scores each document with one li
 |             | exact_match                                         | 2.2, ``_l0`` 1.7, ``_doc_focus`` 0.05, |
 |             |                                                     | ``_exact_match`` 1                     |
 
-(``l0`` is the sum of the L0 boosts: title, keyword, entity, category, breadcrumb, content.) The weights were fitted
-on the public golden sets and rounded, but the weighted title's, set to the title vector's (see ``ScoringSettings``).
+(``l0`` is the sum of the L0 boosts: title, keyword, entity, category, breadcrumb, content.) Both static
+similarities leave out the direction every document's static vector shares, from 20 documents up
+(``ScoringSettings.static_common_min_documents``; :func:`~kb_retrieval.indexing.doc_vectors.common_direction`).
+The weights were fitted on the public golden sets and rounded, but the weighted title's, set to the title vector's
+(see ``ScoringSettings``).
 The contributions are recorded on the node (``RerankRecord.ranking``, summing to its score) and the document
 similarities as an ``l1_document`` hit reason.
 It orders, it never makes a lookup find: whether the knowledge base answers is still judged on the chunks (the

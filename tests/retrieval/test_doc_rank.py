@@ -153,3 +153,44 @@ def test_without_what_it_needs_the_order_is_left_alone(case):
     ranked = ranker.postprocess_nodes(nodes, query_bundle=q)
     assert [(n.node.node_id, n.score) for n in ranked] == before
     assert all(not stage_of(n).rerank.ranking for n in ranked)  # type: ignore[union-attr]
+
+
+def test_the_direction_every_document_shares_is_left_out_of_the_static_signal():
+    # Every document's static vector is mostly E1 (the words of the knowledge base's domain) and differs from the
+    # others along E2 or E3; the query says the domain too, and a little of what tells "b" apart.
+    static, by_text = {}, {"q": np.array([0.99, 0.0, 0.14], dtype=np.float32)}
+    for i in range(24):
+        side = (E2, -E2, E3, -E3)[i % 4]
+        static[f"k/d{i:02}.md"] = (E1 * 0.9 + side * (0.2 + 0.01 * (i // 4))).astype(np.float32)
+    static["k/b.md"] = np.array([0.95, 0.0, 0.31], dtype=np.float32)
+    static["k/a.md"] = np.array([1.0, 0.05, 0.0], dtype=np.float32)  # the domain's words alone
+    same = np.stack((E2, E2, E2))
+    built = {
+        n: DocumentVectors(
+            {s: same for s in static},
+            static={s: v / np.linalg.norm(v) for s, v in static.items()},
+            static_model=TableStatic(by_text),
+            common_min_documents=n,
+        )
+        for n in (0, 20, 100)
+    }
+    # Kept (0: never; 100: fewer documents than that), "a" is nearer the query than "b" by the shared direction.
+    for n in (0, 100):
+        sims = built[n].similarities([0.0, 1.0, 0.0], ["k/a.md", "k/b.md"], "q")
+        assert built[n].static_common is None and sims["k/a.md"][3] > sims["k/b.md"][3]
+    removed = built[20]
+    assert removed.static_common is not None and abs(float(removed.static_common @ E1)) > 0.95
+    sims = removed.similarities([0.0, 1.0, 0.0], ["k/a.md", "k/b.md"], "q")
+    assert sims["k/b.md"][3] > 0.99 > 0.5 > sims["k/a.md"][3]
+
+
+def test_common_direction_is_the_rows_shared_direction_and_without_it_rows_stay_unit():
+    from kb_retrieval.indexing.doc_vectors import common_direction, without_direction
+
+    rows = np.array([[-3.0, 1.0, 0.0], [-3.0, -1.0, 0.0], [-3.0, 0.0, 1.0], [-3.0, 0.0, -1.0]], dtype=np.float32)
+    direction = common_direction(rows)
+    assert direction == pytest.approx([-1.0, 0.0, 0.0], abs=1e-6)  # signed like the rows, not like the SVD
+    rest = without_direction(np.vstack([rows, np.zeros(3, np.float32), [[-1.0, 0.0, 0.0]]]), direction)
+    assert rest[:4] @ direction == pytest.approx([0.0] * 4, abs=1e-6)
+    assert np.linalg.norm(rest[:4], axis=1) == pytest.approx([1.0] * 4)
+    assert rest[4:].tolist() == [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]  # zero rows, and one along it alone, are zero
