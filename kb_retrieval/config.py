@@ -524,6 +524,12 @@ class KBSettings(BaseSettings):
     )
     context_budget_tokens: int = Field(default=1200, ge=64, description="Token budget of the context pack.")
     max_query_chars: int = Field(default=4000, ge=16, description="Longer queries are truncated (noted).")
+    drop_template_placeholders: bool = Field(
+        default=True,
+        description="The query encoder reads an alert text without its template placeholders ({{ $labels.pod }}, "
+        "$value: syntax, not words; kb_retrieval.retrieval.templates), noted in the query transform; BM25 and L0 read "
+        "the query as it was. false: the encoder reads them too.",
+    )
     trace_content_chars: int = Field(default=160, ge=0, description="Content preview kept in trace rows.")
 
     # --- sidecar (comparison only) -----------------------------------------------------------------------

@@ -43,7 +43,7 @@ from kb_retrieval.indexing.milvus import connect, ensure_collection, features_of
 from kb_retrieval.indexing.model_check import check_query_model
 from kb_retrieval.indexing.onnx_query import query_encoder
 from kb_retrieval.indexing.snapshot import SnapshotParts, load_snapshot, snapshot_key, write_snapshot
-from kb_retrieval.models import Candidate, LookupResult
+from kb_retrieval.models import Candidate, LookupResult, QueryTransform
 from kb_retrieval.query_engine import KnowledgeQueryEngine
 from kb_retrieval.result import agent_text, assemble_result, evidence_nodes
 from kb_retrieval.retrieval.attempts import AttemptRunner, L1Outcome
@@ -62,6 +62,7 @@ from kb_retrieval.retrieval.query_transform import transform_query
 from kb_retrieval.retrieval.rerank import RuleReranker
 from kb_retrieval.retrieval.scope import scope_expr
 from kb_retrieval.retrieval.stage import stage_of
+from kb_retrieval.retrieval.templates import without_placeholders
 from kb_retrieval.retrieval.timing import StageClock
 from kb_retrieval.traces import TraceStore
 
@@ -374,7 +375,7 @@ class KnowledgeLookup:
         l1 = L1Outcome()
         if self.settings.l1_enabled:
             with clock("embed"):
-                embedding = embed_query(self.query_embed_model, transform.normalized_query)
+                embedding = embed_query(self.query_embed_model, self._encoder_text(transform))
             bundle = LookupQuery(
                 query_str=transform.normalized_query,
                 embedding=embedding,
@@ -409,6 +410,18 @@ class KnowledgeLookup:
         ranked_from = selected or (l1.attempts[-1] if l1.attempts else None)
         ranking = [stage_of(n).candidate for n in ranked_from.nodes] if ranked_from else []
         return LookupDetails(result=result, ranking=ranking, beside=beside_run)
+
+    def _encoder_text(self, transform: QueryTransform) -> str:
+        """What the query encoder reads: the query without its alert-template placeholders
+        (``drop_template_placeholders``; noted in the transform; see :mod:`kb_retrieval.retrieval.templates`)."""
+        if not self.settings.drop_template_placeholders:
+            return transform.normalized_query
+        text, count = without_placeholders(transform.normalized_query)
+        if count:
+            transform.notes.append(
+                f"query encoder: read without its {count} alert-template placeholder{'s' if count > 1 else ''}"
+            )
+        return text
 
     @dispatcher.span
     def _record(self, query: str, result: LookupResult, beside_run: BesideRun | None) -> bool:

@@ -35,6 +35,7 @@ import numpy as np
 
 from kb_retrieval.retrieval.l0_hints import STOPWORDS
 from kb_retrieval.retrieval.lexical import stem
+from kb_retrieval.retrieval.templates import PLACEHOLDER
 
 # A token: word characters with inner . _ - : / * allowed (kube_pod_status_ready, v1beta1.metrics.k8s.io, --flag).
 _TOKEN = re.compile(r"(?:--)?[\w/*][\w.:/*-]*\w|\w")
@@ -42,7 +43,6 @@ _CAMEL = re.compile(r"[a-z][A-Z]")
 _DOTTED = re.compile(r"[A-Za-z]\.[A-Za-z]")
 _CAPS = re.compile(r"^[A-Z]{5,}$")  # error codes (ENOTFOUND, EACCES), not acronyms (RAID, TSDB)
 _INSTANCE = re.compile(r"\d.*-|-.*\d")  # a digit and a hyphen: a host, pod or replica name
-_TEMPLATE = re.compile(r"\{\{.*?\}\}|\$\w[\w.]*")  # alert-template placeholders: {{ $labels.node }}, $value
 
 
 def tokens(text: str) -> list[str]:
@@ -72,7 +72,7 @@ def is_identifier(token: str) -> bool:
 def query_identifiers(query: str) -> list[str]:
     """The identifier-like tokens of a query, each once, in query order."""
     seen: dict[str, None] = {}
-    for token in tokens(_TEMPLATE.sub(" ", query)):
+    for token in tokens(PLACEHOLDER.sub(" ", query)):
         if is_identifier(token):
             seen.setdefault(token, None)
     return list(seen)
@@ -81,7 +81,7 @@ def query_identifiers(query: str) -> list[str]:
 def query_words(query: str) -> list[str]:
     """The query's plain words and ``UpperCamel`` names that may be rare terms, each once, in query order."""
     seen: dict[str, None] = {}
-    for token in tokens(_TEMPLATE.sub(" ", query)):
+    for token in tokens(PLACEHOLDER.sub(" ", query)):
         if len(token) < 4 or token.isdigit() or _INSTANCE.search(token) or is_identifier(token):
             continue
         if token.lower() not in STOPWORDS:
