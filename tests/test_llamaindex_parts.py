@@ -226,6 +226,37 @@ def test_span_handler_sees_every_stage_under_one_root(sample_lookup):
     assert all(under_root(s) for s in spans)
 
 
+def test_retrieval_end_event_nodes_carry_their_stage_data_as_json_for_a_listener(sample_lookup):
+    """A lookup's nodes leave it only through RetrievalEndEvent: a handler reads their stage data as JSON (written
+    then, since a handler listens), the same as the typed data the lookup ranked them by."""
+    from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+    from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent
+
+    from kb_retrieval.retrieval.events import listening
+
+    ended: list[Any] = []
+
+    class Ends(BaseEventHandler):
+        def handle(self, event: Any, **kwargs: Any) -> None:
+            if isinstance(event, RetrievalEndEvent):
+                ended.append(event)
+
+    handler = Ends()
+    root_dispatcher = get_dispatcher()
+    root_dispatcher.add_event_handler(handler)
+    try:
+        assert listening()
+        details = sample_lookup.lookup_detailed(ALERT)
+    finally:
+        root_dispatcher.event_handlers.remove(handler)
+    (event,) = ended
+    assert [stage_of(n).candidate.source for n in event.nodes] == [c.source for c in details.ranking]
+    for node in event.nodes:
+        raw = dict(node.node.metadata[STAGE_KEY])  # plain JSON, as any handler would read it
+        assert raw["candidate"]["source"] == stage_of(node).candidate.source
+        assert raw["rerank"]["evidence_score"] == stage_of(node).rerank.evidence_score
+
+
 def test_function_agent_receives_the_lookup_result(sample_lookup):
     from llama_index.core.agent.workflow import FunctionAgent, ToolCallResult
     from llama_index.core.llms import ChatMessage

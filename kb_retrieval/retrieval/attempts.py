@@ -96,7 +96,9 @@ class AttemptRunner:
         outcome = L1Outcome()
         # One RetrievalStart/End pair for the lookup's retrieval, whatever the attempts (none inside a retriever,
         # whose BaseRetriever.retrieve sends its own).
-        with lookup_retrieval(query) as retrieved:
+        # The nodes leave the lookup only through the end event: their stage data is written as JSON (once, for
+        # the settled attempt's nodes) only when a handler can read it; the lookup itself reads the typed data.
+        with lookup_retrieval(query, before_end=publish_stage) as retrieved:
             first = self._clocked(clock, 1, query, embedding, category, deadline, known_documents=known_documents)
             outcome.attempts.append(first)
             if category and first.trace.outcome != "ok":
@@ -210,8 +212,7 @@ class AttemptRunner:
         trace.candidate_count = len(search.candidates)
         trace.top_similarity = max((c.similarity for c in search.candidates), default=None)
 
-        # The chain is the pipeline's own: stage data stays typed between its stages and is written as JSON once,
-        # for the nodes that come out of it.
+        # The chain is the pipeline's own: stage data stays typed between its stages (see ``run`` for its JSON).
         with deferred_stage_writes():
             with clock("candidates"):
                 nodes = search.nodes()
@@ -224,8 +225,6 @@ class AttemptRunner:
                     max_blocks=settings.max_evidence_blocks,
                     follow_ranking=settings.evidence_follows_ranking,
                 )
-        with clock("candidates"):
-            publish_stage(nodes)
         trace.evidence_count = len(blocks)
         if not search.candidates:
             trace.outcome = "no_candidates"

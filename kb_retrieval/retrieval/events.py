@@ -41,9 +41,14 @@ def inside_retriever() -> Iterator[None]:
 
 
 @contextmanager
-def lookup_retrieval(query: str | QueryBundle) -> Iterator[Callable[[list[NodeWithScore]], None]]:
+def lookup_retrieval(
+    query: str | QueryBundle, *, before_end: Callable[[list[NodeWithScore]], None] | None = None
+) -> Iterator[Callable[[list[NodeWithScore]], None]]:
     """One ``RetrievalStart/End`` pair around a lookup's retrieval, unless a retriever emits it; call the yielded
-    function with the nodes retrieved (the end event is sent with them, or with none if it is never called)."""
+    function with the nodes retrieved (the end event is sent with them, or with none if it is never called).
+
+    ``before_end`` is called with those nodes just before the end event, and only when some handler listens
+    (:func:`listening`): what the nodes need only if a handler reads them (their stage data as JSON)."""
     quiet = _IN_RETRIEVER.get()
     found: list[NodeWithScore] = []
     if not quiet:
@@ -52,7 +57,25 @@ def lookup_retrieval(query: str | QueryBundle) -> Iterator[Callable[[list[NodeWi
         yield found.extend
     finally:
         if not quiet:
+            if before_end is not None and listening():
+                before_end(found)
             dispatcher.event(RetrievalEndEvent(str_or_query_bundle=query, nodes=found))
+
+
+def listening() -> bool:
+    """Whether an instrumentation event or span handler other than core's null ones is attached where this
+    module's events and spans go (its dispatcher and the ones they propagate to)."""
+    current: Any = dispatcher
+    while current is not None:
+        handlers = [*current.event_handlers, *current.span_handlers]
+        if any(type(h).__name__ not in _NULL_HANDLERS for h in handlers):
+            return True
+        current = current.parent if current.propagate else None
+    return False
+
+
+#: The handlers core attaches to the root dispatcher, which do nothing.
+_NULL_HANDLERS = frozenset({"NullEventHandler", "NullSpanHandler"})
 
 
 @contextmanager

@@ -148,6 +148,18 @@ def test_file_name_carries_precision_version_and_model_hash(fp32_file: Path, int
     assert int8_file.stat().st_size < fp32_file.stat().st_size
 
 
+def test_exports_run_fused_transformer_operators(fp32_file: Path, int8_file: Path) -> None:
+    """The attention of each of the six layers is one fused operator (quantised in the int8 file), not the ~40
+    shape and arithmetic operators an unfused export traces to (685 operators in the unfused fp32 file): what makes
+    a short query fast."""
+    import onnx
+
+    for path, attention in ((fp32_file, "Attention"), (int8_file, "QAttention")):
+        ops = [node.op_type for node in onnx.load(str(path)).graph.node]
+        assert ops.count(attention) == 6, (path.name, sorted(set(ops)))
+        assert ops.count("SkipLayerNormalization") == 12 and len(ops) < 200, (path.name, len(ops))
+
+
 def test_cached_file_is_reused(cache_dir: Path, int8_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     before = int8_file.stat()
 
