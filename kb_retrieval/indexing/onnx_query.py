@@ -76,9 +76,9 @@ def export_onnx(
     optimizer; 320 operators a query become 64): a query of 30 word pieces spends more in the small shape operators
     of an unfused attention than in its matrix products. ``quantized`` then applies dynamic int8 quantisation to the
     MatMul and fused attention weights (per channel): quantising the embeddings or using reduce_range/QUInt8 was
-    measured to lose far more accuracy. The result is checked against
-    the torch model on fixed probe texts (cosine >= ``min_cosine``, by default 0.9999 for fp32, 0.98 for int8),
-    and only then moved to ``out_path`` atomically, so a crash or failed check never leaves a file under that name.
+    measured to lose far more accuracy. The result is checked against the torch model on fixed probe texts (cosine
+    >= ``min_cosine``, by default 0.9999 for fp32, 0.98 for int8), and only then moved to ``out_path`` atomically, so
+    a crash or failed check never leaves a file under that name.
     """
     import onnx
 
@@ -151,7 +151,8 @@ def _quiet_quantizer() -> Iterator[None]:
 def _fuse(path: Path, model_dir: Path) -> None:
     """Rewrite the graph at ``path`` with onnxruntime's fused transformer operators (Attention, BiasGelu,
     SkipLayerNormalization, EmbedLayerNormalization) in place. Same arithmetic: the export check still compares the
-    result with the torch model."""
+    result with the torch model. (Written back, not handed on in memory: the file it saves declares the operators'
+    ``com.microsoft`` domain, which the quantiser's shape inference needs.)"""
     from onnxruntime.transformers import optimizer
 
     config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))

@@ -21,7 +21,9 @@ from typing import Any
 
 from llama_index.core.callbacks import CallbackManager, CBEventType, EventPayload
 from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.event_handlers.null import NullEventHandler
 from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent, RetrievalStartEvent
+from llama_index.core.instrumentation.span_handlers.null import NullSpanHandler
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 dispatcher = get_dispatcher(__name__)
@@ -68,14 +70,10 @@ def listening() -> bool:
     current: Any = dispatcher
     while current is not None:
         handlers = [*current.event_handlers, *current.span_handlers]
-        if any(type(h).__name__ not in _NULL_HANDLERS for h in handlers):
+        if not all(isinstance(h, (NullEventHandler, NullSpanHandler)) for h in handlers):
             return True
         current = current.parent if current.propagate else None
     return False
-
-
-#: The handlers core attaches to the root dispatcher, which do nothing.
-_NULL_HANDLERS = frozenset({"NullEventHandler", "NullSpanHandler"})
 
 
 @contextmanager
