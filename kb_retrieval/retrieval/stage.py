@@ -142,7 +142,7 @@ def candidate_node(candidate: Candidate, **stage: object) -> NodeWithScore:
     """A candidate as a LlamaIndex node scored by its normalised similarity; stage data excluded from LLM text."""
     node = TextNode(id_=candidate.chunk_id, text=candidate.content)
     data = StageData(candidate=candidate, **stage)  # type: ignore[arg-type]
-    scored = NodeWithScore.model_construct(node=node, score=candidate.similarity)  # both fields typed already
+    scored = NodeWithScore(node=node, score=candidate.similarity)  # validating is cheaper than model_construct here
     write_stage(scored, data)
     return scored
 

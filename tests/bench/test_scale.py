@@ -44,13 +44,21 @@ SERVER = {
 LITE = [{**POINT, "chunks": 1000, "p50_ms": 30.0, "index_version_p50_ms": 0.7}]
 
 
-def test_server_target_is_judged_from_the_largest_and_smallest_size():
+def test_server_targets_are_judged_from_the_largest_and_smallest_size():
     report = {"speed": {"scale": LITE, "scale_server": SERVER}}
-    assert targets(report)["server_p50_100k<=2x_1k"] == {"ratio": 1.95, "met": True}
-    slower = copy.deepcopy(report)
-    slower["speed"]["scale_server"]["sizes"][-1]["p50_ms"] = 41.0
-    assert targets(slower)["server_p50_100k<=2x_1k"] == {"ratio": 2.05, "met": False}
-    assert "server_p50_100k<=2x_1k" not in targets({"speed": {"scale": LITE}})
+    judged = targets(report)
+    assert judged["server_p50_100000_chunks<=1.5x_1000"] == {"ratio": 1.95, "met": False}
+    assert judged["server_p95<=3x_p50"] == {"ratio": 1.5, "met": True}  # 30 ms over 20 ms at 1k
+    assert judged["lite_p50_1000_chunks<=150ms"] == {"ms": 30.0, "met": True}
+    assert not any(name.startswith("server_p50_1000_chunks") for name in judged)  # no stage figures recorded
+    faster = copy.deepcopy(report)
+    faster["speed"]["scale_server"]["sizes"][-1]["p50_ms"] = 29.0
+    for size in faster["speed"]["scale_server"]["sizes"]:
+        size["stage_mean_ms"] = {"embed": 6.0}
+    judged = targets(faster)
+    assert judged["server_p50_100000_chunks<=1.5x_1000"] == {"ratio": 1.45, "met": True}
+    assert judged["server_p50_1000_chunks<=2x_embed+search"] == {"ratio": 2.5, "met": False}  # 20 / (6 + 2)
+    assert not any(name.startswith("server_") for name in targets({"speed": {"scale": LITE}}))
 
 
 def test_server_targets_are_issue_21_s_ratios():
