@@ -115,6 +115,31 @@ def test_the_restricted_search_runs_alongside_the_dense_search(in_process, embed
     assert took < 0.55  # one call's time (0.3 s), not two in a row (0.6 s)
 
 
+def test_bm25_runs_before_either_search_goes_out(in_process, embed_model, monkeypatch):
+    """BM25 is not run while the dense search is out (the client thread and BM25 would contend for the
+    interpreter): it ends before the first request starts, and both requests then go out together."""
+    query = QUERIES[1]
+    lookup = in_process.with_settings(top_k=1)
+    ended: list[float] = []
+    original = type(lookup.lexical).search
+
+    def timed(index, *args, **kwargs):
+        try:
+            time.sleep(0.05)  # a slow BM25: a search sent before it would start during this
+            return original(index, *args, **kwargs)
+        finally:
+            ended.append(time.monotonic())
+
+    monkeypatch.setattr(type(lookup.lexical), "search", timed)
+    slow = SlowSearches(lookup.client, delay_s=0.1)
+    try:
+        lookup.hybrid.search(embed_query(embed_model, query), query, None)
+    finally:
+        slow.restore()
+    assert len(ended) == 1 and sorted(slow.names) == ["dense", "restricted"]
+    assert all(ended[0] <= start for start, _ in slow.spans)
+
+
 def test_a_lookup_makes_one_round_trip_per_attempt(in_process):
     """Every attempt's Milvus calls overlap: at most one dense and one restricted search, at the same time."""
     for query in QUERIES:
