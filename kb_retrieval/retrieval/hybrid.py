@@ -9,9 +9,11 @@ Two modes (``lexical_mode``, chosen when connecting, named in ``stats`` and in e
   similarity (each computed from the hit's vector: the dense search's own score); the lexical ones are Milvus' BM25
   hits. No BM25 index is built at start-up, and another process's ingest is searched as soon as Milvus has it.
 - ``in_process_bm25`` (engines or collections without full-text search, e.g. the Milvus 2.3 server): BM25 in memory
-  (:class:`~kb_retrieval.retrieval.lexical.LexicalIndex`), then the dense search and a search restricted to the
-  lexical and exact-identifier hits, for their dense similarity, sent together (one round trip, two requests); of
-  the restricted answer the chunks the dense search missed are added. Milvus scores both searches, so
+  (:class:`~kb_retrieval.retrieval.lexical.LexicalIndex`), then the dense search and a read by key of the lexical and
+  exact-identifier hits with their vectors, for their dense similarity, sent together (one round trip, two
+  requests); of the chunks read those the dense search missed are added. Their vectors are kept
+  (:class:`~kb_retrieval.retrieval.l1.retriever.KeptVectors`, per index version): a chunk read once is scored here
+  afterwards, and a lookup whose hits are all kept sends the dense search alone. Milvus scores both searches, so
   every similarity is the one a dense search gives.
 
 Each signal keeps its own score: the dense similarity (raw value, label, normalised similarity); ``lexical_score``,
@@ -50,7 +52,7 @@ from kb_retrieval.models import Candidate, LexicalMode, QueryTransform
 from kb_retrieval.retrieval.deadline import Deadline, DeadlineExceededError
 from kb_retrieval.retrieval.exact import ExactIdentifierIndex
 from kb_retrieval.retrieval.l1.base import one_version_per_source, supports_hybrid
-from kb_retrieval.retrieval.l1.retriever import L1Retriever
+from kb_retrieval.retrieval.l1.retriever import KeptVectors, L1Retriever
 from kb_retrieval.retrieval.lexical import LexicalIndex, analysed_text
 from kb_retrieval.retrieval.stage import candidate_node
 from kb_retrieval.retrieval.timing import StageClock
@@ -145,15 +147,25 @@ class HybridRetriever(BaseRetriever):
     ) -> None:
         super().__init__(**kwargs)
         self.dense = dense
-        self.lexical = lexical
+        self.settings = settings
+        self.lexical = lexical  # and the kept vectors (see the property)
         self.exact = exact
         #: Tokens -> the documents naming them in a title or heading (``exact.named_terms``): what makes a word a
         #: rare term; empty, no rare terms.
         self.named_terms: dict[str, frozenset[str]] = {}
-        self.settings = settings
         self.lexical_mode: LexicalMode = lexical_mode or ("in_process_bm25" if lexical is not None else "off")
         if self.lexical_mode == "in_process_bm25" and lexical is None:
             raise ValueError("lexical_mode 'in_process_bm25' needs a LexicalIndex")
+
+    @property
+    def lexical(self) -> LexicalIndex | None:
+        """The in-process BM25 index; setting it (a reload of the retrieval state) starts the kept vectors anew."""
+        return self._lexical_index
+
+    @lexical.setter
+    def lexical(self, index: LexicalIndex | None) -> None:
+        self._lexical_index = index
+        self.kept = KeptVectors(self.settings)
 
     def search(
         self,
@@ -188,14 +200,18 @@ class HybridRetriever(BaseRetriever):
                 )
             return self._merged(dense, [], [], exact_terms, exact_df)
         # In Milvus: BM25 runs here first (a fraction of a millisecond at 1k chunks), then the dense search and the
-        # one restricted to the chunks BM25 or an exact identifier brings (for their dense similarity) go out
-        # together. Two requests, one round trip: the lookup waits for the slower of the two, never for one search
-        # after the other. BM25 first, not while the dense search is out: on this 2-core machine the client thread
-        # handling the dense call and BM25 contend for the interpreter, and the restricted search then left later
-        # (on the Milvus 2.3 server, 1k chunks, alternating blocks of 60 alert texts, twice: lookup p50 0.7 and
-        # 1.3 ms less). The ``search`` stage is the wait for both requests.
+        # read by key of the chunks BM25 or an exact identifier brings (for their dense similarity) go out together.
+        # Two requests, one round trip: the lookup waits for the slower of the two, never for one after the other.
+        # BM25 first, not while the dense search is out: on this 2-core machine the client thread handling the dense
+        # call and BM25 contend for the interpreter, and the second request then left later (on the Milvus 2.3
+        # server, 1k chunks, alternating blocks of 60 alert texts, twice: lookup p50 0.7 and 1.3 ms less). The
+        # ``search`` stage is the wait for both requests.
         lexical_hits = self._lexical_hits(query_text, category, clock)
         wanted = self._wanted(exact_terms, lexical_hits)
+        # Chunks read by key in an earlier lookup are scored here from their kept vectors (none under a caller's
+        # scope: a Milvus expression only Milvus evaluates); only the others are read, beside the dense search.
+        held = self.kept.scored(embedding, wanted, category) if scope is None else []
+        to_read = [c for c in wanted if c not in self.kept] if scope is None else wanted
         started = time.perf_counter()
         dense_call = _SIDE_CALLS.submit(
             contextvars.copy_context().run,
@@ -206,12 +222,13 @@ class HybridRetriever(BaseRetriever):
             scope=scope,
         )
         try:
-            extra: list[Candidate] | Exception = []
-            sent = bool(wanted) and not deadline.expired
+            extra: list[Candidate] | Exception = _best_first(held, settings.metric)
+            sent = bool(to_read) and not deadline.expired
             if sent:
                 try:
                     timeout = deadline.timeout(settings.milvus_search_timeout_s)
-                    extra = self.dense.search(embedding, category, ids=wanted, timeout=timeout, scope=scope).candidates
+                    read = self.dense.scored(embedding, to_read, category, timeout, scope, kept=self.kept)
+                    extra = _best_first(held + read.candidates, settings.metric) if held else read.candidates
                 except Exception as exc:  # the dense candidates still stand
                     extra = exc
             try:
@@ -228,8 +245,8 @@ class HybridRetriever(BaseRetriever):
             if isinstance(extra, Exception):
                 log.warning("scoring lexical candidates failed: %s", extra)
             else:
-                # What the dense search also returned is dropped from the restricted answer: the candidates are the
-                # ones a second search restricted to the chunks the dense search missed returns.
+                # What the dense search also returned is dropped from the chunks read: the candidates are the ones
+                # a second search restricted to the chunks the dense search missed would return.
                 outside = {c for c in wanted if c not in {d.chunk_id for d in dense.candidates}}
                 added = [c for c in extra if c.chunk_id in outside]
                 result.candidates = one_version_per_source(result.candidates + added)
@@ -368,6 +385,12 @@ class HybridRetriever(BaseRetriever):
         lookup = query_bundle if isinstance(query_bundle, LookupQuery) else None
         category, scope = (lookup.category_filter, lookup.scope) if lookup else (None, None)
         return self.search(embedding, query_bundle.query_str, category, scope=scope).nodes()
+
+
+def _best_first(candidates: list[Candidate], metric: str) -> list[Candidate]:
+    """``candidates`` in the order a dense search returns them: best score first (lowest for L2), ties kept."""
+    lower_is_better = metric.upper() == "L2"
+    return sorted(candidates, key=lambda c: c.score if lower_is_better else -c.score)
 
 
 def _within(scores: dict[str, float], kept: set[str]) -> dict[str, float]:

@@ -16,7 +16,7 @@ English stopwords dropped, Snowball English stems):
 - **In process** (``lexical_mode = in_process_bm25``, the fallback for engines without full-text search, e.g. the
   Milvus 2.3 server, and for collections made before it): :class:`LexicalIndex`, built in memory from the
   collection's rows when a lookup object is created and after another process's ingest; the lexical hits get their
-  dense similarity from a Milvus search restricted to their ids, sent beside the dense search
+  dense similarity from their vectors, read from Milvus by key beside the dense search and then kept
   (:mod:`kb_retrieval.retrieval.hybrid`).
 
 Example:

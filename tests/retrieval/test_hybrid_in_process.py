@@ -1,6 +1,7 @@
-"""In-process BM25 on the milvus plan (``lexical_mode = in_process_bm25``, as on a Milvus 2.3 server): the search
-restricted to the BM25 and exact-identifier chunks goes out with the dense search, not after it, and the candidates
-are the ones the two searches in a row gave."""
+"""In-process BM25 on the milvus plan (``lexical_mode = in_process_bm25``, as on a Milvus 2.3 server): the BM25 and
+exact-identifier chunks the dense search may miss are read by key with their vectors beside the dense search (not
+after it), later lookups score them from the kept vectors without a request, and the candidates are the ones two
+searches in a row gave (the dense one, then one restricted to the chunks it missed)."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def two_searches_in_a_row(hybrid: HybridRetriever, embedding: list[float], query
 @pytest.mark.parametrize("category", [None, "mysql"])
 def test_candidates_are_those_of_two_searches_in_a_row(in_process, embed_model, top_k, category):
     lookup = in_process.with_settings(top_k=top_k)
-    for query in QUERIES:
+    for query in QUERIES * 2:  # the second time the chunks read by key are scored from their kept vectors
         embedding = embed_query(embed_model, query)
         expected, added = two_searches_in_a_row(lookup.hybrid, embedding, query, category)
         found = lookup.hybrid.search(embedding, query, category)
@@ -73,32 +74,42 @@ def test_candidates_are_those_of_two_searches_in_a_row(in_process, embed_model, 
 
 
 class SlowSearches:
-    """Wraps the client's ``search``: each call takes at least ``delay_s``; records each call's start and end."""
+    """Wraps the client's ``search`` and ``query``: each call takes at least ``delay_s``; records each call's start
+    and end, and what it was: ``dense`` (a search), ``restricted`` (a search restricted to ids), ``read`` (a query
+    by key)."""
 
     def __init__(self, client, delay_s: float) -> None:
         self.spans: list[tuple[float, float]] = []
         self.names: list[str] = []
         self._lock = threading.Lock()
-        self._original = client.search
+        self._originals = {"search": client.search, "query": client.query}
         self._client = client
         self.delay_s = delay_s
-        client.search = self._search
+        client.search = self._wrap("search")
+        client.query = self._wrap("query")
 
-    def _search(self, *args, **kwargs):
-        start = time.monotonic()
-        try:
-            return self._original(*args, **kwargs)
-        finally:
-            time.sleep(max(0.0, self.delay_s - (time.monotonic() - start)))
-            with self._lock:
-                self.spans.append((start, time.monotonic()))
-                self.names.append("restricted" if " in [" in (kwargs.get("filter") or "") else "dense")
+    def _wrap(self, method: str):
+        original = self._originals[method]
+
+        def call(*args, **kwargs):
+            start = time.monotonic()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                time.sleep(max(0.0, self.delay_s - (time.monotonic() - start)))
+                by_ids = " in [" in (kwargs.get("filter") or "")
+                with self._lock:
+                    self.spans.append((start, time.monotonic()))
+                    self.names.append("read" if method == "query" else "restricted" if by_ids else "dense")
+
+        return call
 
     def restore(self) -> None:
-        self._client.search = self._original
+        self._client.search = self._originals["search"]
+        self._client.query = self._originals["query"]
 
 
-def test_the_restricted_search_runs_alongside_the_dense_search(in_process, embed_model):
+def test_the_read_by_key_runs_alongside_the_dense_search(in_process, embed_model):
     query = QUERIES[1]  # an exact identifier and BM25 hits: chunks to score besides the dense search
     lookup = in_process.with_settings(top_k=1)
     embedding = embed_query(embed_model, query)
@@ -109,7 +120,7 @@ def test_the_restricted_search_runs_alongside_the_dense_search(in_process, embed
         took = time.monotonic() - t0
     finally:
         slow.restore()
-    assert sorted(slow.names) == ["dense", "restricted"] and found.milvus_calls == 2 and found.lexical_added > 0
+    assert sorted(slow.names) == ["dense", "read"] and found.milvus_calls == 2 and found.lexical_added > 0
     (a_start, a_end), (b_start, b_end) = slow.spans
     assert a_start < b_end and b_start < a_end  # the two calls overlap
     assert took < 0.55  # one call's time (0.3 s), not two in a row (0.6 s)
@@ -136,12 +147,12 @@ def test_bm25_runs_before_either_search_goes_out(in_process, embed_model, monkey
         lookup.hybrid.search(embed_query(embed_model, query), query, None)
     finally:
         slow.restore()
-    assert len(ended) == 1 and sorted(slow.names) == ["dense", "restricted"]
+    assert len(ended) == 1 and sorted(slow.names) == ["dense", "read"]
     assert all(ended[0] <= start for start, _ in slow.spans)
 
 
 def test_a_lookup_makes_one_round_trip_per_attempt(in_process):
-    """Every attempt's Milvus calls overlap: at most one dense and one restricted search, at the same time."""
+    """Every attempt's Milvus calls overlap: at most one dense search and one read by key, at the same time."""
     for query in QUERIES:
         in_process.lookup(query)  # warm: the evidence documents' sections are cached
         slow = SlowSearches(in_process.client, delay_s=0.2)
@@ -154,7 +165,8 @@ def test_a_lookup_makes_one_round_trip_per_attempt(in_process):
         assert slow.names.count("dense") == len(attempts)
         spans = sorted(slow.spans)
         overlapping = sum(1 for (_, end), (start, _) in itertools.pairwise(spans) if start < end)
-        assert overlapping == len(spans) - len(attempts)  # each attempt's restricted search overlaps its dense one
+        assert "restricted" not in slow.names
+        assert overlapping == len(spans) - len(attempts)  # each attempt's read overlaps its dense search
 
 
 def test_no_bm25_or_identifier_chunks_means_one_search(in_process, embed_model):
@@ -171,21 +183,54 @@ def test_no_bm25_or_identifier_chunks_means_one_search(in_process, embed_model):
     assert slow.names == ["dense"] and found.milvus_calls == 1 and found.lexical_added == 0
 
 
-def test_a_failed_restricted_search_keeps_the_dense_candidates(in_process, embed_model, caplog):
+def test_a_failed_read_keeps_the_dense_candidates(in_process, embed_model, caplog):
     query = QUERIES[1]
     lookup = in_process.with_settings(top_k=1)
     embedding = embed_query(embed_model, query)
-    original = lookup.client.search
+    original = lookup.client.query
 
     def failing(*args, **kwargs):
         if " in [" in (kwargs.get("filter") or ""):
-            raise RuntimeError("restricted search down")
+            raise RuntimeError("read by key down")
         return original(*args, **kwargs)
 
-    lookup.client.search = failing
+    lookup.client.query = failing
     try:
         found = lookup.hybrid.search(embedding, query, None)
     finally:
-        lookup.client.search = original
+        lookup.client.query = original
     assert [c.chunk_id for c in found.candidates] == [c.chunk_id for c in lookup.dense.search(embedding).candidates]
-    assert "scoring lexical candidates failed: restricted search down" in caplog.text
+    assert "scoring lexical candidates failed: read by key down" in caplog.text
+
+
+def test_chunks_read_once_are_scored_from_their_kept_vectors(in_process, embed_model):
+    """A second search of the same query sends the dense search alone and finds what the first found; a reload of
+    the retrieval state (a new BM25 index) starts the kept vectors anew."""
+    query = QUERIES[1]
+    lookup = in_process.with_settings(top_k=1)
+    embedding = embed_query(embed_model, query)
+    runs = []
+    for _ in range(2):
+        slow = SlowSearches(lookup.client, delay_s=0.0)
+        try:
+            runs.append((lookup.hybrid.search(embedding, query, None), sorted(slow.names)))
+        finally:
+            slow.restore()
+    (first, first_calls), (second, second_calls) = runs
+    assert first_calls == ["dense", "read"] and second_calls == ["dense"] and len(lookup.hybrid.kept) > 0
+    assert first.milvus_calls == 2 and second.milvus_calls == 1 and second.lexical_added == first.lexical_added > 0
+    assert [c.chunk_id for c in second.candidates] == [c.chunk_id for c in first.candidates]
+    assert [c.score for c in second.candidates] == pytest.approx([c.score for c in first.candidates], abs=1e-6)
+    lookup.hybrid.lexical = lookup.lexical  # what a reload does
+    assert len(lookup.hybrid.kept) == 0
+
+
+def test_kept_vectors_stop_at_the_memory_bound(in_process, embed_model):
+    embedding = embed_query(embed_model, QUERIES[1])
+    unbounded = in_process.with_settings(top_k=1)
+    unbounded.hybrid.search(embedding, QUERIES[1], None)
+    assert len(unbounded.hybrid.kept) > 2
+    bounded = in_process.with_settings(top_k=1, memory_plan_max_mb=0.01)  # two chunks' worth (~4.6 KB each)
+    assert bounded.hybrid.kept.max_chunks == 2
+    bounded.hybrid.search(embedding, QUERIES[1], None)
+    assert len(bounded.hybrid.kept) == 2

@@ -37,6 +37,18 @@ class AutoPath:
 
         return self._serve(lambda path, left: path.hybrid_search(request, left), timeout)
 
+    def fetch(self, embedding: list[float], filter_expr: str, timeout: float | None = None) -> tuple[L1Search, Any]:
+        """The chunks ``filter_expr`` selects, read by key on the preferred path, else on the fallback; with the
+        vectors read."""
+        vectors: dict[str, Any] = {}
+
+        def call(path: Any, left: float | None) -> L1Search:
+            found, read = path.fetch(embedding, filter_expr, left)
+            vectors.update(read)
+            return found
+
+        return self._serve(call, timeout), vectors
+
     def _serve(self, call: Callable[[Any, float | None], L1Search], timeout: float | None) -> L1Search:
         started = time.monotonic()
         try:

@@ -124,6 +124,40 @@ def milvus_hybrid_search(
     return result
 
 
+def fetched_and_scored(
+    client: MilvusClient, settings: Settings, embedding: list[float], expr: str, timeout: float | None, path: PathName
+) -> tuple[L1Search, dict[str, np.ndarray]]:
+    """The chunks ``expr`` selects (an id list under the lookup's filters), read by key with their vectors and given
+    their dense score here (:func:`dense_scores`), best first: what a dense search restricted to them returns, to
+    float32 precision; and each chunk's vector (float32), for the caller to keep."""
+    rows = client.query(
+        settings.collection,
+        filter=expr,
+        output_fields=[*output_fields(settings), settings.vector_field],
+        timeout=settings.milvus_search_timeout_s if timeout is None else timeout,
+    )
+    result = L1Search(path=path)
+    if not rows:
+        return result, {}
+    vectors = np.asarray([row.pop(settings.vector_field) for row in rows], dtype=np.float32)
+    scores = dense_scores(np.asarray(embedding, dtype=np.float32), vectors, settings.metric)
+    kept: dict[str, np.ndarray] = {}
+    for i in np.argsort(scores if settings.metric.upper() == "L2" else -scores, kind="stable").tolist():
+        row, chunk_id = rows[i], str(rows[i][settings.id_field])
+        kept[chunk_id] = vectors[i]
+        result.candidates.append(
+            to_candidate(
+                settings,
+                chunk_id=chunk_id,
+                raw_score=float(scores[i]),
+                fields=row,
+                content=row.get(settings.content_field, ""),
+                path=path,
+            )
+        )
+    return result, kept
+
+
 def _dense_request(settings: Settings, embedding: list[float], limit: int, expr: str) -> AnnSearchRequest:
     return AnnSearchRequest(
         data=[embedding],

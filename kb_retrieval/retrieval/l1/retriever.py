@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import NodeWithScore, QueryBundle
@@ -16,10 +17,12 @@ from pymilvus import MilvusClient
 
 from kb_retrieval.config import Settings
 from kb_retrieval.indexing.embeddings import embed_query
+from kb_retrieval.models import Candidate
 from kb_retrieval.retrieval.filters import equals_expr, in_expr
 from kb_retrieval.retrieval.l1.auto import AutoPath
-from kb_retrieval.retrieval.l1.base import HybridRequest, L1Search, VectorPath
-from kb_retrieval.retrieval.l1.memory import MemoryMirror
+from kb_retrieval.retrieval.l1.base import HybridRequest, L1Search, VectorPath, one_version_per_source, rescored
+from kb_retrieval.retrieval.l1.full_text import dense_scores
+from kb_retrieval.retrieval.l1.memory import MemoryMirror, estimated_mirror_mb
 from kb_retrieval.retrieval.l1.sdk import SdkPath
 from kb_retrieval.retrieval.l1.vectorstore import VectorStorePath
 from kb_retrieval.retrieval.stage import candidate_node
@@ -32,6 +35,43 @@ def make_path(settings: Settings, client: MilvusClient) -> VectorPath:
     if settings.vector_store_mode == "vectorstore":
         return VectorStorePath(settings)
     return AutoPath(VectorStorePath(settings), SdkPath(client, settings))
+
+
+class KeptVectors:
+    """The vectors and rows of chunks read by key, kept so that a later lookup scores them here without a request
+    (on a server with BM25 in process: the BM25 hits the dense search misses). A chunk's id names its content
+    (:func:`~kb_retrieval.knowledge.chunker.chunk_id_for`), so what is kept stays true while the chunk exists; the
+    owner starts a new one with each index version. Bounded like the memory plan's mirror (``memory_plan_max_mb``):
+    past it nothing more is kept."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.max_chunks = int(settings.memory_plan_max_mb / estimated_mirror_mb(1, settings))
+        self._rows: dict[str, tuple[np.ndarray, Candidate]] = {}
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __contains__(self, chunk_id: object) -> bool:
+        return chunk_id in self._rows
+
+    def keep(self, candidates: list[Candidate], vectors: dict[str, np.ndarray]) -> None:
+        for candidate in candidates:
+            if len(self._rows) >= self.max_chunks:
+                return
+            if (vector := vectors.get(candidate.chunk_id)) is not None:
+                self._rows[candidate.chunk_id] = (vector, rescored(candidate, candidate.score))  # a copy of its own
+
+    def scored(self, embedding: list[float], ids: list[str], category: str | None) -> list[Candidate]:
+        """The kept chunks of ``ids`` under the category filter, scored here as a dense search scores them."""
+        held = [self._rows[i] for i in ids if i in self._rows]
+        if category is not None and self.settings.category_field:
+            held = [(v, c) for v, c in held if c.category == category]
+        if not held:
+            return []
+        query = np.asarray(embedding, dtype=np.float32)
+        scores = dense_scores(query, np.stack([v for v, _ in held]), self.settings.metric)
+        return [rescored(c, s) for (_, c), s in zip(held, scores.tolist(), strict=True)]
 
 
 class L1Retriever(BaseRetriever):
@@ -84,6 +124,30 @@ class L1Retriever(BaseRetriever):
         if memory is not None and scope is None:
             return memory.search(embedding, limit, category, ids)
         return self.path.search(embedding, limit, self.filter_expr(category, ids, scope), timeout)
+
+    def scored(
+        self,
+        embedding: list[float],
+        ids: list[str],
+        category: str | None = None,
+        timeout: float | None = None,
+        scope: str | None = None,
+        kept: KeptVectors | None = None,
+    ) -> L1Search:
+        """The chunks ``ids`` (under the category and the caller's scope) with their dense score, best first. Read by
+        key with their vectors and scored here where the path can (``fetch``), the vectors then ``kept``; else a
+        dense search restricted to them. Scores equal a restricted search's to float32 precision."""
+        memory = self.memory
+        if memory is not None and scope is None:
+            return memory.search(embedding, len(ids), category, ids)
+        fetch = getattr(self.path, "fetch", None)
+        if not ids or not callable(fetch):
+            return self.search(embedding, category, ids=ids, timeout=timeout, scope=scope)
+        found, vectors = fetch(embedding, self.filter_expr(category, ids, scope), timeout)
+        if kept is not None:
+            kept.keep(found.candidates, vectors)
+        found.candidates = one_version_per_source(found.candidates)
+        return found
 
     def hybrid_search(
         self,

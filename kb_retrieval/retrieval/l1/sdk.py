@@ -7,13 +7,14 @@ on UNAVAILABLE, so the same client serves again once the server is back (tests/r
 
 from __future__ import annotations
 
+import numpy as np
 from llama_index.core.instrumentation import get_dispatcher
 from pymilvus import MilvusClient
 
 from kb_retrieval.config import Settings
 from kb_retrieval.indexing.milvus import search_params
 from kb_retrieval.retrieval.l1.base import HybridRequest, L1Search, one_version_per_source, output_fields, to_candidate
-from kb_retrieval.retrieval.l1.full_text import milvus_hybrid_search
+from kb_retrieval.retrieval.l1.full_text import fetched_and_scored, milvus_hybrid_search
 
 dispatcher = get_dispatcher(__name__)
 
@@ -59,3 +60,10 @@ class SdkPath:
     def hybrid_search(self, request: HybridRequest, timeout: float | None = None) -> L1Search:
         """Dense and BM25 in one ``MilvusClient.hybrid_search`` call (scores: :mod:`.full_text`)."""
         return milvus_hybrid_search(self.client, self.settings, request, timeout, "sdk")
+
+    @dispatcher.span
+    def fetch(
+        self, embedding: list[float], filter_expr: str, timeout: float | None = None
+    ) -> tuple[L1Search, dict[str, np.ndarray]]:
+        """The chunks ``filter_expr`` selects, read by key and scored here (:func:`.full_text.fetched_and_scored`)."""
+        return fetched_and_scored(self.client, self.settings, embedding, filter_expr, timeout, "sdk")

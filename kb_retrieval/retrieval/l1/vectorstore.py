@@ -15,6 +15,7 @@ import contextvars
 import threading
 from typing import Any
 
+import numpy as np
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.vector_stores.types import VectorStoreQuery
 from llama_index.vector_stores.milvus import MilvusVectorStore
@@ -23,7 +24,7 @@ from llama_index.vector_stores.milvus.base import IndexManagement
 from kb_retrieval.config import Settings
 from kb_retrieval.indexing.milvus import client_options
 from kb_retrieval.retrieval.l1.base import HybridRequest, L1Search, one_version_per_source, output_fields, to_candidate
-from kb_retrieval.retrieval.l1.full_text import milvus_hybrid_search
+from kb_retrieval.retrieval.l1.full_text import fetched_and_scored, milvus_hybrid_search
 
 dispatcher = get_dispatcher(__name__)
 _CALL_TIMEOUT: contextvars.ContextVar[float | None] = contextvars.ContextVar("kb_search_timeout", default=None)
@@ -112,3 +113,11 @@ class VectorStorePath:
         and its TEXT_SEARCH mode fails on Milvus Lite; the request and the scores are :mod:`.full_text`'s.
         """
         return milvus_hybrid_search(self.store.client, self.settings, request, timeout, "vectorstore")
+
+    @dispatcher.span
+    def fetch(
+        self, embedding: list[float], filter_expr: str, timeout: float | None = None
+    ) -> tuple[L1Search, dict[str, np.ndarray]]:
+        """The chunks ``filter_expr`` selects, read by key on the store's own client and scored here
+        (:func:`.full_text.fetched_and_scored`): ``MilvusVectorStore`` reads no vectors by key."""
+        return fetched_and_scored(self.store.client, self.settings, embedding, filter_expr, timeout, "vectorstore")
