@@ -13,8 +13,8 @@ Two modes (``lexical_mode``, chosen when connecting, named in ``stats`` and in e
   exact-identifier hits with their vectors, for their dense similarity, sent together (one round trip, two
   requests); of the chunks read those the dense search missed are added. Their vectors are kept
   (:class:`~kb_retrieval.retrieval.l1.retriever.KeptVectors`, per index version): a chunk read once is scored here
-  afterwards, and a lookup whose hits are all kept sends the dense search alone. Milvus scores both searches, so
-  every similarity is the one a dense search gives.
+  afterwards, and a lookup whose hits are all kept sends the dense search alone. The chunks read are scored here as
+  the dense search scores them (float32), so every similarity is the one a dense search gives.
 
 Each signal keeps its own score: the dense similarity (raw value, label, normalised similarity); ``lexical_score``,
 a candidate's BM25 score relative to the query's best BM25 hit under the same filter (1.0 for the best), which the
@@ -222,15 +222,16 @@ class HybridRetriever(BaseRetriever):
             scope=scope,
         )
         try:
-            extra: list[Candidate] | Exception = _best_first(held, settings.metric)
+            extra = _best_first(held, settings.metric)
+            failed: Exception | None = None
             sent = bool(to_read) and not deadline.expired
             if sent:
                 try:
                     timeout = deadline.timeout(settings.milvus_search_timeout_s)
                     read = self.dense.scored(embedding, to_read, category, timeout, scope, kept=self.kept)
                     extra = _best_first(held + read.candidates, settings.metric) if held else read.candidates
-                except Exception as exc:  # the dense candidates still stand
-                    extra = exc
+                except Exception as exc:  # the dense candidates (and the kept ones) still stand
+                    failed = exc
             try:
                 dense = dense_call.result(timeout=deadline.remaining() + _DEADLINE_GRACE_S)
             except concurrent.futures.TimeoutError:
@@ -242,14 +243,13 @@ class HybridRetriever(BaseRetriever):
         result = self._merged(dense, lexical_hits, wanted, exact_terms, exact_df)
         result.milvus_calls += 1 if sent else 0
         if result.lexical_added:
-            if isinstance(extra, Exception):
-                log.warning("scoring lexical candidates failed: %s", extra)
-            else:
-                # What the dense search also returned is dropped from the chunks read: the candidates are the ones
-                # a second search restricted to the chunks the dense search missed would return.
-                outside = {c for c in wanted if c not in {d.chunk_id for d in dense.candidates}}
-                added = [c for c in extra if c.chunk_id in outside]
-                result.candidates = one_version_per_source(result.candidates + added)
+            if failed is not None:
+                log.warning("scoring lexical candidates failed: %s", failed)
+            # What the dense search also returned is dropped from the chunks read: the candidates are the ones a
+            # second search restricted to the chunks the dense search missed would return.
+            outside = {c for c in wanted if c not in {d.chunk_id for d in dense.candidates}}
+            added = [c for c in extra if c.chunk_id in outside]
+            result.candidates = one_version_per_source(result.candidates + added)
         if scope and result.lexical_scores:
             result.lexical_scores = _within(result.lexical_scores, {c.chunk_id for c in result.candidates})
             result.lexical_count = len(result.lexical_scores)

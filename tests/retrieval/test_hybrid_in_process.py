@@ -234,3 +234,25 @@ def test_kept_vectors_stop_at_the_memory_bound(in_process, embed_model):
     assert bounded.hybrid.kept.max_chunks == 2
     bounded.hybrid.search(embedding, QUERIES[1], None)
     assert len(bounded.hybrid.kept) == 2
+
+
+def test_a_failed_read_keeps_the_chunks_scored_from_kept_vectors(in_process, embed_model, caplog):
+    query = QUERIES[1]
+    lookup = in_process.with_settings(top_k=1)
+    embedding = embed_query(embed_model, query)
+    first = lookup.hybrid.search(embedding, query, None)
+    added = [c.chunk_id for c in first.candidates[1:]]  # top_k 1: the rest came from the read
+    assert len(added) >= 2
+    lookup.hybrid.kept._rows.pop(added[0])  # one chunk to read again, the others kept
+    original = lookup.client.query
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("read by key down")
+
+    lookup.client.query = failing
+    try:
+        found = lookup.hybrid.search(embedding, query, None)
+    finally:
+        lookup.client.query = original
+    assert [c.chunk_id for c in found.candidates] == [first.candidates[0].chunk_id, *added[1:]]
+    assert "scoring lexical candidates failed: read by key down" in caplog.text
