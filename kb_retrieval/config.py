@@ -442,8 +442,8 @@ class KBSettings(BaseSettings):
         default=2048.0,
         gt=0,
         description="The memory plan's bound: a collection whose mirror would pass it is searched in Milvus "
-        "(about 0.5 GB per 100k chunks of ~1 KB text with 384-d vectors, by estimate). On the milvus plan with BM25 "
-        "in process it also bounds the vectors kept of chunks read by key.",
+        "(about 0.5 GB per 100k chunks of ~1 KB text with 384-d vectors, by estimate). On the milvus plan it also "
+        "bounds the chunks kept once read by key (their rows; with BM25 in process, the vectors of its hits too).",
     )
     state_snapshots: bool = Field(
         default=True,

@@ -138,8 +138,9 @@ class RetrievalAttempt(Contract):
     )
     milvus_calls: int = Field(
         default=0,
-        description="Searches this attempt sent to Milvus: 1 in milvus_bm25 mode; in_process_bm25 adds a second, "
-        "restricted to the BM25 and exact-identifier chunks and sent beside the dense search, when there are any.",
+        description="Requests this attempt sent to Milvus: 0 on the memory plan; else the search, plus in_process_bm25 "
+        "a read by key of the BM25 and exact-identifier chunks not kept yet (beside the dense search), plus on the sdk "
+        "path a read by key of the rows of dense hits not kept yet (after it).",
     )
     evidence_count: int = 0
     top_similarity: float | None = None

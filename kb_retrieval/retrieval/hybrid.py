@@ -11,10 +11,11 @@ Two modes (``lexical_mode``, chosen when connecting, named in ``stats`` and in e
 - ``in_process_bm25`` (engines or collections without full-text search, e.g. the Milvus 2.3 server): BM25 in memory
   (:class:`~kb_retrieval.retrieval.lexical.LexicalIndex`), then the dense search and a read by key of the lexical and
   exact-identifier hits with their vectors, for their dense similarity, sent together (one round trip, two
-  requests); of the chunks read those the dense search missed are added. Their vectors are kept
-  (:class:`~kb_retrieval.retrieval.l1.retriever.KeptVectors`, per index version): a chunk read once is scored here
+  requests); of the chunks read those the dense search missed are added. Their rows and vectors are kept
+  (:class:`~kb_retrieval.retrieval.l1.retriever.KeptChunks`, per index version): a chunk read once is scored here
   afterwards, and a lookup whose hits are all kept sends the dense search alone. The chunks read are scored here as
-  the dense search scores them (float32), so every similarity is the one a dense search gives.
+  the dense search scores them (float32), so every similarity is the one a dense search gives. On the sdk path the
+  dense search itself returns ids and scores only; the rows come from the kept chunks (read by key the first time).
 
 Each signal keeps its own score: the dense similarity (raw value, label, normalised similarity); ``lexical_score``,
 a candidate's BM25 score relative to the query's best BM25 hit under the same filter (1.0 for the best), which the
@@ -52,7 +53,7 @@ from kb_retrieval.models import Candidate, LexicalMode, QueryTransform
 from kb_retrieval.retrieval.deadline import Deadline, DeadlineExceededError
 from kb_retrieval.retrieval.exact import ExactIdentifierIndex
 from kb_retrieval.retrieval.l1.base import one_version_per_source, supports_hybrid
-from kb_retrieval.retrieval.l1.retriever import KeptVectors, L1Retriever
+from kb_retrieval.retrieval.l1.retriever import KeptChunks, L1Retriever
 from kb_retrieval.retrieval.lexical import LexicalIndex, analysed_text
 from kb_retrieval.retrieval.stage import candidate_node
 from kb_retrieval.retrieval.timing import StageClock
@@ -113,7 +114,9 @@ class HybridSearch:
     lexical_mode: LexicalMode = "off"
     lexical_count: int = 0
     lexical_added: int = 0
-    milvus_calls: int = 0  # searches sent to Milvus (1 in milvus_bm25 mode; 2 in process when it adds candidates)
+    #: Requests sent to Milvus: the search; on the sdk path a read by key of the rows of hits not kept yet; in process
+    #: the read by key of the chunks BM25 or an identifier brings, when any is not kept.
+    milvus_calls: int = 0
 
     def nodes(self) -> list[NodeWithScore]:
         return [
@@ -148,7 +151,7 @@ class HybridRetriever(BaseRetriever):
         super().__init__(**kwargs)
         self.dense = dense
         self.settings = settings
-        self.lexical = lexical  # and the kept vectors (see the property)
+        self.lexical = lexical  # and the kept chunks (see the property)
         self.exact = exact
         #: Tokens -> the documents naming them in a title or heading (``exact.named_terms``): what makes a word a
         #: rare term; empty, no rare terms.
@@ -159,13 +162,13 @@ class HybridRetriever(BaseRetriever):
 
     @property
     def lexical(self) -> LexicalIndex | None:
-        """The in-process BM25 index; setting it (a reload of the retrieval state) starts the kept vectors anew."""
+        """The in-process BM25 index; setting it (a reload of the retrieval state) starts the kept chunks anew."""
         return self._lexical_index
 
     @lexical.setter
     def lexical(self, index: LexicalIndex | None) -> None:
         self._lexical_index = index
-        self.kept = KeptVectors(self.settings)
+        self.kept = KeptChunks(self.settings)
 
     def search(
         self,
@@ -196,7 +199,11 @@ class HybridRetriever(BaseRetriever):
         if not exact_terms and not self._runs_bm25():  # nothing to score beside the dense search
             with clock("search"):
                 dense = self.dense.search(
-                    embedding, category, timeout=deadline.timeout(settings.milvus_search_timeout_s), scope=scope
+                    embedding,
+                    category,
+                    timeout=deadline.timeout(settings.milvus_search_timeout_s),
+                    scope=scope,
+                    kept=self.kept,
                 )
             return self._merged(dense, [], [], exact_terms, exact_df)
         # In Milvus: BM25 runs here first (a fraction of a millisecond at 1k chunks), then the dense search and the
@@ -211,7 +218,7 @@ class HybridRetriever(BaseRetriever):
         # Chunks read by key in an earlier lookup are scored here from their kept vectors (none under a caller's
         # scope: a Milvus expression only Milvus evaluates); only the others are read, beside the dense search.
         held = self.kept.scored(embedding, wanted, category) if scope is None else []
-        to_read = [c for c in wanted if c not in self.kept] if scope is None else wanted
+        to_read = [c for c in wanted if not self.kept.has_vector(c)] if scope is None else wanted
         started = time.perf_counter()
         dense_call = _SIDE_CALLS.submit(
             contextvars.copy_context().run,
@@ -220,6 +227,7 @@ class HybridRetriever(BaseRetriever):
             category,
             timeout=deadline.timeout(settings.milvus_search_timeout_s),
             scope=scope,
+            kept=self.kept,
         )
         try:
             extra = _best_first(held, settings.metric)
@@ -314,7 +322,7 @@ class HybridRetriever(BaseRetriever):
             lexical_mode=self.lexical_mode,
             lexical_count=len(lexical_hits),
             lexical_added=sum(1 for c in wanted if c not in known),
-            milvus_calls=_calls(dense.path),
+            milvus_calls=_calls(dense.path) + dense.reads,
         )
 
     def _exact(self, query_text: str) -> tuple[dict[str, list[str]], dict[str, int]]:

@@ -56,6 +56,66 @@ def two_searches_in_a_row(hybrid: HybridRetriever, embedding: list[float], query
     return one_version_per_source(dense + extra), len(missing)
 
 
+def rows_kept(hybrid: HybridRetriever, embedding: list[float], category: str | None = None) -> None:
+    """What an earlier lookup leaves: the rows of the dense search's hits kept (the sdk path's dense search then
+    returns ids and scores only, and reads no row)."""
+    hybrid.dense.search(embedding, category, kept=hybrid.kept)
+
+
+@pytest.mark.parametrize("category", [None, "mysql"])
+def test_the_dense_search_returns_ids_and_its_rows_come_from_kept_chunks(in_process, embed_model, category):
+    """On the sdk path the dense search asks for ids and scores only: the rows it lacks are read by key once and
+    kept; the candidates are the ones a search returning the fields gives, field for field."""
+    lookup = in_process.with_settings()
+    for query in QUERIES:
+        embedding = embed_query(embed_model, query)
+        expected = lookup.dense.search(embedding, category)
+        calls = []
+        for _ in range(2):
+            slow = SlowSearches(lookup.client, delay_s=0.0)
+            try:
+                found = lookup.dense.search(embedding, category, kept=lookup.hybrid.kept)
+            finally:
+                slow.restore()
+            calls.append(slow.names)
+            assert [c.model_dump() for c in found.candidates] == [c.model_dump() for c in expected.candidates]
+        assert calls[1] == ["dense"] and calls[0] in (["dense"], ["dense", "read"])  # read once, if not kept yet
+    assert len(lookup.hybrid.kept) > 0
+
+
+def test_a_full_store_of_kept_chunks_searches_with_the_fields(in_process, embed_model):
+    bounded = in_process.with_settings(memory_plan_max_mb=0.01)  # two chunks' worth (~4.6 KB each)
+    embedding = embed_query(embed_model, QUERIES[0])
+    expected = bounded.dense.search(embedding)
+    first = bounded.dense.search(embedding, kept=bounded.hybrid.kept)
+    assert bounded.hybrid.kept.full and len(bounded.hybrid.kept) == 2
+    slow = SlowSearches(bounded.client, delay_s=0.0)
+    try:
+        second = bounded.dense.search(embedding, kept=bounded.hybrid.kept)
+    finally:
+        slow.restore()
+    assert slow.names == ["dense"] and first.reads == 1 and second.reads == 0
+    for found in (first, second):
+        assert [c.model_dump() for c in found.candidates] == [c.model_dump() for c in expected.candidates]
+
+
+def test_a_hit_deleted_before_its_row_is_read_is_left_out(in_process, embed_model):
+    lookup = in_process.with_settings()
+    embedding = embed_query(embed_model, QUERIES[0])
+    expected = [c.chunk_id for c in lookup.dense.search(embedding).candidates]
+    original = lookup.client.query
+
+    def without_the_first(*args, **kwargs):  # the first hit's row is gone by the time it is read
+        return [row for row in original(*args, **kwargs) if row[lookup.settings.id_field] != expected[0]]
+
+    lookup.client.query = without_the_first
+    try:
+        found = lookup.dense.search(embedding, kept=lookup.hybrid.kept)
+    finally:
+        lookup.client.query = original
+    assert [c.chunk_id for c in found.candidates] == expected[1:]
+
+
 @pytest.mark.parametrize("top_k", [20, 1])
 @pytest.mark.parametrize("category", [None, "mysql"])
 def test_candidates_are_those_of_two_searches_in_a_row(in_process, embed_model, top_k, category):
@@ -113,6 +173,7 @@ def test_the_read_by_key_runs_alongside_the_dense_search(in_process, embed_model
     query = QUERIES[1]  # an exact identifier and BM25 hits: chunks to score besides the dense search
     lookup = in_process.with_settings(top_k=1)
     embedding = embed_query(embed_model, query)
+    rows_kept(lookup.hybrid, embedding)
     slow = SlowSearches(lookup.client, delay_s=0.3)
     try:
         t0 = time.monotonic()
@@ -141,10 +202,12 @@ def test_bm25_runs_before_either_search_goes_out(in_process, embed_model, monkey
         finally:
             ended.append(time.monotonic())
 
+    embedding = embed_query(embed_model, query)
+    rows_kept(lookup.hybrid, embedding)
     monkeypatch.setattr(type(lookup.lexical), "search", timed)
     slow = SlowSearches(lookup.client, delay_s=0.1)
     try:
-        lookup.hybrid.search(embed_query(embed_model, query), query, None)
+        lookup.hybrid.search(embedding, query, None)
     finally:
         slow.restore()
     assert len(ended) == 1 and sorted(slow.names) == ["dense", "read"]
@@ -175,9 +238,11 @@ def test_no_bm25_or_identifier_chunks_means_one_search(in_process, embed_model):
     texts = [(c, f"{c} text", "") for c in ("a", "b")]  # BM25 finds nothing for the query
     hybrid = HybridRetriever(in_process.dense, LexicalIndex.build(texts), in_process.settings, exact=in_process.exact)
     query = QUERIES[0]
+    embedding = embed_query(embed_model, query)
+    rows_kept(hybrid, embedding)
     slow = SlowSearches(in_process.client, delay_s=0.0)
     try:
-        found = hybrid.search(embed_query(embed_model, query), query, None)
+        found = hybrid.search(embedding, query, None)
     finally:
         slow.restore()
     assert slow.names == ["dense"] and found.milvus_calls == 1 and found.lexical_added == 0
@@ -187,6 +252,7 @@ def test_a_failed_read_keeps_the_dense_candidates(in_process, embed_model, caplo
     query = QUERIES[1]
     lookup = in_process.with_settings(top_k=1)
     embedding = embed_query(embed_model, query)
+    rows_kept(lookup.hybrid, embedding)
     original = lookup.client.query
 
     def failing(*args, **kwargs):
@@ -217,8 +283,11 @@ def test_chunks_read_once_are_scored_from_their_kept_vectors(in_process, embed_m
         finally:
             slow.restore()
     (first, first_calls), (second, second_calls) = runs
-    assert first_calls == ["dense", "read"] and second_calls == ["dense"] and len(lookup.hybrid.kept) > 0
-    assert first.milvus_calls == 2 and second.milvus_calls == 1 and second.lexical_added == first.lexical_added > 0
+    # The first: the dense search, the read of BM25's hits (beside it) and of the dense hit's row (after it, unless
+    # the read beside it, being a BM25 hit too, kept it first).
+    assert first_calls in (["dense", "read"], ["dense", "read", "read"]) and first.milvus_calls == len(first_calls)
+    assert second_calls == ["dense"] and len(lookup.hybrid.kept) > 0
+    assert second.milvus_calls == 1 and second.lexical_added == first.lexical_added > 0
     assert [c.chunk_id for c in second.candidates] == [c.chunk_id for c in first.candidates]
     assert [c.score for c in second.candidates] == pytest.approx([c.score for c in first.candidates], abs=1e-6)
     lookup.hybrid.lexical = lookup.lexical  # what a reload does
@@ -243,7 +312,7 @@ def test_a_failed_read_keeps_the_chunks_scored_from_kept_vectors(in_process, emb
     first = lookup.hybrid.search(embedding, query, None)
     added = [c.chunk_id for c in first.candidates[1:]]  # top_k 1: the rest came from the read
     assert len(added) >= 2
-    lookup.hybrid.kept._rows.pop(added[0])  # one chunk to read again, the others kept
+    lookup.hybrid.kept._vectors.pop(added[0])  # one chunk to read again, the others kept
     original = lookup.client.query
 
     def failing(*args, **kwargs):

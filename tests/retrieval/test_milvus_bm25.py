@@ -122,14 +122,18 @@ def test_in_process_mode_makes_a_second_call_only_for_lexical_or_identifier_cand
         bm25_lookup.dense, LexicalIndex.build(texts), bm25_lookup.settings, exact=bm25_lookup.exact
     )
     assert fallback.lexical_mode == "in_process_bm25"
+    embedding = embed_query(embed_model, QUERY)
+    fallback.dense.search(embedding, kept=fallback.kept)  # an earlier lookup: the dense hits' rows kept
     counter = CallCounter(bm25_lookup.client)
-    found = fallback.search(embed_query(embed_model, QUERY), QUERY, None)
+    found = fallback.search(embedding, QUERY, None)
     assert counter.calls == ["search"] and found.milvus_calls == 1 and found.lexical_mode == "in_process_bm25"
     query = "the checkout service logs getaddrinfo ENOTFOUND since the deploy"
     one = bm25_lookup.with_settings(top_k=1)  # the dense search alone misses some of the identifier's chunks
     narrow = HybridRetriever(one.dense, LexicalIndex.build(texts), one.settings, exact=bm25_lookup.exact)
+    embedding = embed_query(embed_model, query)
+    narrow.dense.search(embedding, kept=narrow.kept)
     counter.calls.clear()
-    found = narrow.search(embed_query(embed_model, query), query, None)
+    found = narrow.search(embedding, query, None)
     assert sorted(counter.calls) == ["query", "search"] and found.milvus_calls == 2 and found.lexical_added > 0
 
 

@@ -21,6 +21,8 @@ class L1Search:
     path_fallback_reason: str | None = None
     #: A hybrid search's BM25 hits: chunk id -> raw BM25 score (Milvus'); empty for a dense search.
     bm25: dict[str, float] = field(default_factory=dict)
+    #: Reads by key the search made after it (the rows of hits it returned as ids only and had not kept).
+    reads: int = 0
 
 
 @dataclass(frozen=True)

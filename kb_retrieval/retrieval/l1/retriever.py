@@ -7,6 +7,8 @@ and whose stage data (:mod:`kb_retrieval.retrieval.stage`) carries the candidate
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -18,6 +20,7 @@ from pymilvus import MilvusClient
 from kb_retrieval.config import Settings
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.models import Candidate
+from kb_retrieval.retrieval.deadline import MIN_CALL_S
 from kb_retrieval.retrieval.filters import equals_expr, in_expr
 from kb_retrieval.retrieval.l1.auto import AutoPath
 from kb_retrieval.retrieval.l1.base import HybridRequest, L1Search, VectorPath, one_version_per_source, rescored
@@ -37,34 +40,51 @@ def make_path(settings: Settings, client: MilvusClient) -> VectorPath:
     return AutoPath(VectorStorePath(settings), SdkPath(client, settings))
 
 
-class KeptVectors:
-    """The vectors and rows of chunks read by key, kept so that a later lookup scores them here without a request
-    (on a server with BM25 in process: the BM25 hits the dense search misses). A chunk's id names its content
-    (:func:`~kb_retrieval.knowledge.chunker.chunk_id_for`), so what is kept stays true while the chunk exists; the
-    owner starts a new one with each index version. Bounded like the memory plan's mirror (``memory_plan_max_mb``):
-    past it nothing more is kept."""
+class KeptChunks:
+    """What was read of chunks by id, kept so that a later lookup needs no request for it (on the milvus plan): each
+    chunk's row (its fields, as a candidate to rescore) and, for the chunks read by key with their vector (the BM25
+    hits the dense search misses, on a server with BM25 in process), the vector, so such a chunk is scored here.
+    A chunk's id names its content (:func:`~kb_retrieval.knowledge.chunker.chunk_id_for`), so what is kept stays true
+    while the chunk exists; the owner starts a new one with each index version. Bounded like the memory plan's mirror
+    (``memory_plan_max_mb``, a chunk counted with its vector): past it nothing more is kept."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.max_chunks = int(settings.memory_plan_max_mb / estimated_mirror_mb(1, settings))
-        self._rows: dict[str, tuple[np.ndarray, Candidate]] = {}
+        self._rows: dict[str, Candidate] = {}
+        self._vectors: dict[str, np.ndarray] = {}
+        self._lock = threading.Lock()  # the dense search and the read by key keep from two threads
 
     def __len__(self) -> int:
         return len(self._rows)
 
-    def __contains__(self, chunk_id: object) -> bool:
-        return chunk_id in self._rows
+    @property
+    def full(self) -> bool:
+        """At the bound: a search then returns its hits' fields (see ``L1Retriever.search``)."""
+        return len(self._rows) >= self.max_chunks
 
-    def keep(self, candidates: list[Candidate], vectors: dict[str, np.ndarray]) -> None:
-        for candidate in candidates:
-            if len(self._rows) >= self.max_chunks:
-                return
-            if (vector := vectors.get(candidate.chunk_id)) is not None:
-                self._rows[candidate.chunk_id] = (vector, rescored(candidate, candidate.score))  # a copy of its own
+    def has_vector(self, chunk_id: str) -> bool:
+        return chunk_id in self._vectors
+
+    def row(self, chunk_id: str) -> Candidate | None:
+        return self._rows.get(chunk_id)
+
+    def keep(self, candidates: list[Candidate], vectors: dict[str, np.ndarray] | None = None) -> None:
+        """Keep the candidates' rows (a copy of each) and the vectors given for them, up to the bound."""
+        with self._lock:
+            for candidate in candidates:
+                chunk_id = candidate.chunk_id
+                if chunk_id not in self._rows:
+                    if len(self._rows) >= self.max_chunks:
+                        continue
+                    self._rows[chunk_id] = rescored(candidate, candidate.score)
+                if vectors is not None and (vector := vectors.get(chunk_id)) is not None:
+                    self._vectors[chunk_id] = vector
 
     def scored(self, embedding: list[float], ids: list[str], category: str | None) -> list[Candidate]:
-        """The kept chunks of ``ids`` under the category filter, scored here as a dense search scores them."""
-        held = [self._rows[i] for i in ids if i in self._rows]
+        """The chunks of ``ids`` kept with their vector, under the category filter, scored here as a dense search
+        scores them."""
+        held = [(self._vectors[i], self._rows[i]) for i in ids if i in self._vectors]
         if category is not None and self.settings.category_field:
             held = [(v, c) for v, c in held if c.category == category]
         if not held:
@@ -117,13 +137,33 @@ class L1Retriever(BaseRetriever):
         ids: list[str] | None = None,
         timeout: float | None = None,
         scope: str | None = None,
+        kept: KeptChunks | None = None,
     ) -> L1Search:
-        """Dense search in Milvus; ``ids`` restricts it to those chunks (scoring lexical candidates in Milvus)."""
+        """Dense search in Milvus; ``ids`` restricts it to those chunks (scoring lexical candidates in Milvus).
+
+        With ``kept``, on a path that can search for ids alone (``search_ids``: the sdk path), the search returns ids
+        and scores only and the rows come from ``kept``; the rows it lacks are read by key (and kept) after the
+        search. The same candidates as a search returning the fields, which on the Milvus 2.3 server cost about as much
+        as the search itself (docs/tuning-history.md). Once ``kept`` is full, the search returns the fields again."""
         limit = len(ids) if ids else top_k or self.settings.top_k
         memory = self.memory
         if memory is not None and scope is None:
             return memory.search(embedding, limit, category, ids)
-        return self.path.search(embedding, limit, self.filter_expr(category, ids, scope), timeout)
+        expr = self.filter_expr(category, ids, scope)
+        path: Any = self.path
+        if kept is None or kept.full or not callable(getattr(path, "search_ids", None)):
+            return path.search(embedding, limit, expr, timeout)
+        started = time.monotonic()
+        hits = path.search_ids(embedding, limit, expr, timeout)
+        read: dict[str, Candidate] = {}
+        if missing := [chunk_id for chunk_id, _ in hits if kept.row(chunk_id) is None]:
+            left = None if timeout is None else max(timeout - (time.monotonic() - started), MIN_CALL_S)
+            read = {c.chunk_id: c for c in path.read(in_expr(self.settings.id_field, missing), left)}
+            kept.keep(list(read.values()))
+        # A hit deleted between the search and the read has no row: it is no longer a chunk, and left out.
+        rows = [(row, score) for chunk_id, score in hits if (row := kept.row(chunk_id) or read.get(chunk_id))]
+        candidates = [rescored(row, score) for row, score in rows]
+        return L1Search(candidates=one_version_per_source(candidates), path=path.name, reads=int(bool(missing)))
 
     def scored(
         self,
@@ -132,7 +172,7 @@ class L1Retriever(BaseRetriever):
         category: str | None = None,
         timeout: float | None = None,
         scope: str | None = None,
-        kept: KeptVectors | None = None,
+        kept: KeptChunks | None = None,
     ) -> L1Search:
         """The chunks ``ids`` (under the category and the caller's scope) with their dense score, best first. Read by
         key with their vectors and scored here where the path can (``fetch``), the vectors then ``kept``; else a

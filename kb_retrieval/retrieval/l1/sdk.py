@@ -13,6 +13,7 @@ from pymilvus import MilvusClient
 
 from kb_retrieval.config import Settings
 from kb_retrieval.indexing.milvus import search_params
+from kb_retrieval.models import Candidate
 from kb_retrieval.retrieval.l1.base import HybridRequest, L1Search, one_version_per_source, output_fields, to_candidate
 from kb_retrieval.retrieval.l1.full_text import fetched_and_scored, milvus_hybrid_search
 
@@ -55,6 +56,44 @@ class SdkPath:
             for hit in hits
         ]
         return L1Search(candidates=one_version_per_source(candidates), path="sdk")
+
+    @dispatcher.span
+    def search_ids(
+        self, embedding: list[float], top_k: int, filter_expr: str | None, timeout: float | None = None
+    ) -> list[tuple[str, float]]:
+        """The hits' ids and raw scores only, best first: no field is read or sent back."""
+        hits = self.client.search(
+            self.settings.collection,
+            data=[embedding],
+            limit=top_k,
+            filter=filter_expr or "",
+            output_fields=[],
+            anns_field=self.settings.vector_field,
+            search_params=search_params(self.settings, top_k),
+            timeout=self.settings.milvus_search_timeout_s if timeout is None else timeout,
+        )[0]
+        return [(str(hit["id"]), float(hit["distance"])) for hit in hits]
+
+    @dispatcher.span
+    def read(self, filter_expr: str, timeout: float | None = None) -> list[Candidate]:
+        """The rows ``filter_expr`` selects (an id list), read by key, as candidates to rescore (raw score 0)."""
+        rows = self.client.query(
+            self.settings.collection,
+            filter=filter_expr,
+            output_fields=self._fields,
+            timeout=self.settings.milvus_search_timeout_s if timeout is None else timeout,
+        )
+        return [
+            to_candidate(
+                self.settings,
+                chunk_id=row[self.settings.id_field],
+                raw_score=0.0,
+                fields=row,
+                content=row.get(self.settings.content_field, ""),
+                path="sdk",
+            )
+            for row in rows
+        ]
 
     @dispatcher.span
     def hybrid_search(self, request: HybridRequest, timeout: float | None = None) -> L1Search:
