@@ -7,6 +7,7 @@ store's drain). A request answered is a row recorded.
 
 from __future__ import annotations
 
+import gc
 import logging
 import signal
 import sys
@@ -49,6 +50,7 @@ def run_server(settings: KBSettings, serve: ServeSettings) -> int:
     lookup = KnowledgeLookup(settings, trace_store=TraceStore.from_settings(settings))
     try:
         app = create_app(lookup, serve)
+        settle_heap()
         config = uvicorn.Config(
             app,
             host=serve.host,
@@ -73,6 +75,14 @@ def run_server(settings: KBSettings, serve: ServeSettings) -> int:
         failures = lookup.traces.failures
         print(f"kb-retrieval serve stopped ({failures} trace rows not recorded)", file=sys.stderr, flush=True)
     return 0
+
+
+def settle_heap() -> None:
+    """Move what the start-up built (the models, indexes and libraries: some 240k objects on the runbooks corpus) out
+    of the cyclic collector's reach: it lives as long as the process, and each full collection walked all of it, about
+    140 ms once every ~180 lookups on this machine (0.4 ms frozen). Garbage made later is collected as before."""
+    gc.collect()
+    gc.freeze()
 
 
 def _stopped_by_sigterm(signum: int, frame: FrameType | None) -> None:

@@ -115,3 +115,25 @@ def test_a_request_scope_is_a_llamaindex_metadatafilters_the_scope_translates():
     ):
         with pytest.raises(ValidationError):
             LookupRequest(query="q", filters=bad)
+
+
+def test_settling_the_heap_freezes_what_start_up_built_and_still_collects_later_garbage():
+    import gc
+    import weakref
+
+    from kb_retrieval.service.server import settle_heap
+
+    class Cycle:
+        pass
+
+    try:
+        settle_heap()
+        assert gc.get_freeze_count() > 0
+        later = Cycle()
+        later.me = later  # garbage made after start-up, reachable only through its own cycle
+        gone = weakref.ref(later)
+        del later
+        gc.collect()
+        assert gone() is None
+    finally:
+        gc.unfreeze()
