@@ -531,6 +531,13 @@ class KBSettings(BaseSettings):
         "$value: syntax, not words; kb_retrieval.retrieval.templates), noted in the query transform; BM25 and L0 read "
         "the query as it was. false: the encoder reads them too.",
     )
+    read_short_names: bool = Field(
+        default=True,
+        description="kubectl's short resource names in a query are read as the kinds they name, the kind written "
+        "before the short name (sts/kafka -> StatefulSet sts/kafka, ns analytics -> namespace ns analytics; "
+        "kb_retrieval.retrieval.short_names) for every layer, noted in the query transform. false: the query is "
+        "searched as written.",
+    )
     trace_content_chars: int = Field(default=160, ge=0, description="Content preview kept in trace rows.")
 
     # --- sidecar (comparison only) -----------------------------------------------------------------------

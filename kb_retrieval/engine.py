@@ -362,7 +362,9 @@ class KnowledgeLookup:
 
         l0, attempts = self.l0, self.attempts  # the L0 provider this lookup's hints come from, whatever a refresh does
         with clock("query_transform"):
-            transform = transform_query(query, l0, self.settings.max_query_chars)
+            transform = transform_query(
+                query, l0, self.settings.max_query_chars, read_short_names=self.settings.read_short_names
+            )
             if self.l0_off_reason:
                 transform.notes.append(f"L0 off: {self.l0_off_reason}")
             if self.doc_vectors is not None and self.doc_vectors.off_reason:

@@ -2,7 +2,9 @@
 
 Exactly one nonblank L0 domain becomes a category filter; zero or several mean no filter (a domain comes from strong
 matches only, which the filter reason names: see :mod:`kb_retrieval.retrieval.l0_hints`). A query over
-``max_query_chars`` is truncated (bounded work whatever the caller sends) and the trace says so.
+``max_query_chars`` is truncated (bounded work whatever the caller sends) and the trace says so. kubectl's short
+resource names are read as the kinds they name (``sts/kafka`` is a StatefulSet: see
+:mod:`kb_retrieval.retrieval.short_names`), noted; the normalised query is what every layer searches.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from llama_index.core.instrumentation import get_dispatcher
 from kb_retrieval.models import L0Hints, QueryTransform
 from kb_retrieval.retrieval.l0_hints import L0HintProvider
 from kb_retrieval.retrieval.query_check import EmptyQueryError, normalize_query
+from kb_retrieval.retrieval.short_names import expand_short_names
 
 __all__ = ["EmptyQueryError", "transform_query"]
 
@@ -19,10 +22,16 @@ dispatcher = get_dispatcher(__name__)
 
 
 @dispatcher.span
-def transform_query(query: str, l0: L0HintProvider | None, max_query_chars: int) -> QueryTransform:
+def transform_query(
+    query: str, l0: L0HintProvider | None, max_query_chars: int, *, read_short_names: bool = True
+) -> QueryTransform:
     normalized, truncated = normalize_query(query, max_query_chars)
     original = query
     notes = [f"query truncated from {len(original)} to {max_query_chars} characters"] if truncated else []
+    if read_short_names:
+        normalized, readings = expand_short_names(normalized)
+        if readings:
+            notes.append(f"kubectl short names read as kinds: {', '.join(readings)}")
 
     hints = l0.hints(normalized) if l0 is not None else None
     domains = [d for d in (hints.domains if hints else []) if d.strip()]

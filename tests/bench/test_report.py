@@ -172,12 +172,25 @@ def test_strong_is_judged_on_the_packed_text_with_either_breadcrumb_form(tmp_pat
 
 def test_paraphrase_targets_per_setting():
     report = copy.deepcopy(REPORT)
-    report["quality"]["runbooks"]["runbooks-paraphrase-dev"] = _systems(0.62, 0.4)
-    report["quality"]["mixed"]["runbooks-paraphrase-dev"] = _systems(0.57, 0.4)
+    report["quality"]["runbooks"]["runbooks-paraphrase-dev"] = _systems(0.70, 0.4, 0.875)
+    report["quality"]["mixed"]["runbooks-paraphrase-dev"] = _systems(0.71, 0.4)
     judged = targets(report)
-    assert judged["paraphrase_hit@1>=0.62_runbooks"] == {"value": 0.62, "met": True}
-    assert judged["paraphrase_hit@1>=0.58_mixed"] == {"value": 0.57, "met": False}
-    assert judged["paraphrase_hit@5>=0.88_runbooks"] == {"value": 0.62, "met": False}  # _systems: hit@5 = hit@1
+    assert judged["paraphrase_hit@1>=0.7_runbooks"] == {"value": 0.70, "met": True}
+    assert judged["paraphrase_hit@1>=0.72_mixed"] == {"value": 0.71, "met": False}
+    assert judged["paraphrase_hit@5>=0.88_runbooks"] == {"value": 0.70, "met": False}  # _systems: hit@5 = hit@1
+    found = "paraphrase_found>=0.97_refused>=0.875_runbooks"
+    assert judged[found] == {"found": 1.0, "refused": 0.875, "met": True}
+    report["quality"]["runbooks"]["runbooks-paraphrase-dev"]["lookup_knowledge"]["answerable_found_true"] = 0.9649
+    assert targets(report)[found]["met"] is False  # 55 of 57
+    assert found.replace("runbooks", "mixed") not in judged  # the issue asks it over the runbooks
+
+
+def test_a_filter_that_excluded_every_expected_document_fails_its_target():
+    assert targets(REPORT)["filter_excluded_every_expected==0"] == {"excluded": {}, "met": True}
+    report = copy.deepcopy(REPORT)
+    report["quality"]["mixed"]["runbooks-alerts-dev"]["lookup_knowledge"]["filter_excluded_all_expected"] = 3
+    judged = targets(report)["filter_excluded_every_expected==0"]
+    assert judged == {"excluded": {"mixed/runbooks-alerts-dev": 3}, "met": False}
 
 
 def test_found_curve_and_excluded_filters_are_in_the_report(tmp_path):
