@@ -14,8 +14,8 @@ A short name is read as a kind only where it can be nothing else:
 - standing alone, for the short names that are no word and no unit (``sts``, ``pvc``, ``hpa``), and ``ns``
   unless a number comes before it (``500 ns`` is nanoseconds).
 
-Never inside a longer token (``pods``, ``dns``, ``statefulset``), and never ``no``, ``limits`` or ``quota``, which
-are words first. The trace notes each reading.
+Never inside a longer token (``pods``, ``dns``, ``statefulset``), and never ``no`` (``no/low traffic``), ``limits``
+or ``quota``, which are words first: they are left out of the list. The trace notes each reading.
 
 Example:
     >>> expand_short_names("sts/kafka in ns streaming")
@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import re
 
-#: kubectl's short names (``kubectl api-resources``) -> the kind as the knowledge base writes it.
+#: kubectl's short names (``kubectl api-resources``; not no, limits, quota: words first) -> the kind as the
+#: knowledge base writes it.
 SHORT_NAMES: dict[str, str] = {
     "cm": "ConfigMap",
     "cj": "CronJob",
@@ -41,7 +42,6 @@ SHORT_NAMES: dict[str, str] = {
     "hpa": "HorizontalPodAutoscaler",
     "ing": "Ingress",
     "netpol": "NetworkPolicy",
-    "no": "Node",
     "ns": "namespace",
     "pdb": "PodDisruptionBudget",
     "po": "Pod",

@@ -43,6 +43,7 @@ def test_a_short_name_that_is_one_gets_its_kind(query: str, expected: str, readi
         "p99 went from 800 ns to 2 ms",  # nanoseconds
         "a 500ns pause",
         "no leader elected",  # words first: no, limits, quota, po alone
+        "no/low traffic since 09:00",
         "memory limits reached, quota exhausted",
         "StatefulSet test/sts has not matched",  # a name after a slash, not a kind
         "dns lookups slow on pods",  # inside longer tokens
