@@ -420,7 +420,7 @@ def test_title_term_coverage_is_an_l0_hint(sample_lookup):
 def test_the_state_build_pauses_the_collector_and_restores_it():
     import gc
 
-    from kb_retrieval.engine import _collector_paused
+    from kb_retrieval.state import _collector_paused
 
     was = gc.isenabled()
     try:
