@@ -268,9 +268,9 @@ def test_one_deadline_bounds_the_whole_lookup(sample_settings, embed_model):
     path = HungPath()
     lookup = KnowledgeLookup(settings, embed_model=embed_model, path=path)
     result = lookup.lookup(ALERT)  # filtered first: a retry would follow
-    # Not 2 attempts x 10 s: one attempt's requests (the dense search, and with BM25 in process the one for its chunks: a search restricted
-    # to them on a path that cannot read by key, sent while the first is out), each given at most what is left of the
-    # one deadline; the retry never starts.
+    # Not 2 attempts x 10 s: one attempt's requests (the dense search, and with BM25 in process the one for its
+    # chunks: a search restricted to them on a path that cannot read by key, sent while the first is out), each given
+    # at most what is left of the one deadline; the retry never starts.
     assert 1 <= len(path.timeouts) <= 2 and all(t <= 1.0 for t in path.timeouts), path.timeouts
     assert [a.outcome for a in result.retrieval_trace.attempts] == ["error", "skipped"]
     assert result.evidence_status is EvidenceStatus.UNAVAILABLE and not result.found
