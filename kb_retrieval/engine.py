@@ -19,11 +19,9 @@ Example:
 from __future__ import annotations
 
 import copy
-import gc
 import logging
+import threading
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,43 +31,33 @@ from pymilvus import MilvusClient
 
 from kb_retrieval.beside import BesideRun, BesideRunner, disabled_entry, load_runner
 from kb_retrieval.config import KBSettings
-from kb_retrieval.freshness import FreshnessCheck
-from kb_retrieval.indexing.doc_vectors import DocumentVectors
 from kb_retrieval.indexing.embeddings import embed_query
-from kb_retrieval.indexing.index_version import index_version
 from kb_retrieval.indexing.ingest_record import read_ingest_record
-from kb_retrieval.indexing.l0_index import L0Index
-from kb_retrieval.indexing.milvus import connect, ensure_collection, features_off, iter_rows, without_missing_fields
+from kb_retrieval.indexing.milvus import connect, ensure_collection, features_off, without_missing_fields
 from kb_retrieval.indexing.model_check import check_query_model
 from kb_retrieval.indexing.onnx_query import query_encoder
-from kb_retrieval.indexing.snapshot import SnapshotParts, load_snapshot, snapshot_key, write_snapshot
 from kb_retrieval.models import Candidate, LookupResult, QueryTransform
+from kb_retrieval.pipeline import Pipeline, Resources
 from kb_retrieval.query_engine import KnowledgeQueryEngine
 from kb_retrieval.result import agent_text, assemble_result, evidence_nodes
-from kb_retrieval.retrieval.attempts import AttemptRunner, L1Outcome
+from kb_retrieval.retrieval.attempts import L1Outcome
 from kb_retrieval.retrieval.context_pack import pack_context
 from kb_retrieval.retrieval.deadline import Deadline
-from kb_retrieval.retrieval.dedupe import SourceDeduplicator
-from kb_retrieval.retrieval.doc_rank import DocumentRanker
-from kb_retrieval.retrieval.exact import ExactIdentifierIndex, named_terms
-from kb_retrieval.retrieval.expand import DocumentExpander, SectionStore
-from kb_retrieval.retrieval.hybrid import HybridRetriever, LookupQuery, choose_lexical_mode
-from kb_retrieval.retrieval.l0_hints import L0HintProvider
-from kb_retrieval.retrieval.l1 import L1Retriever, VectorPath, make_path
-from kb_retrieval.retrieval.l1.memory import MemoryMirror, MirrorTooLargeError, choose_plan
-from kb_retrieval.retrieval.lexical import LexicalIndex, lexical_document
+from kb_retrieval.retrieval.expand import SectionStore
+from kb_retrieval.retrieval.hybrid import LookupQuery, choose_lexical_mode
+from kb_retrieval.retrieval.l1 import VectorPath, make_path
+from kb_retrieval.retrieval.l1.memory import choose_plan
 from kb_retrieval.retrieval.query_transform import transform_query
-from kb_retrieval.retrieval.rerank import RuleReranker
 from kb_retrieval.retrieval.scope import scope_expr
 from kb_retrieval.retrieval.stage import stage_of
 from kb_retrieval.retrieval.templates import without_placeholders
 from kb_retrieval.retrieval.timing import StageClock
+from kb_retrieval.state import RetrievalState, StateHolder, StateLoader
 from kb_retrieval.traces import TraceStore
 
 if TYPE_CHECKING:
     from llama_index.core.base.base_query_engine import BaseQueryEngine
     from llama_index.core.callbacks import CallbackManager
-    from llama_index.core.postprocessor.types import BaseNodePostprocessor
     from llama_index.core.tools import FunctionTool
     from llama_index.core.vector_stores.types import MetadataFilters
 
@@ -79,19 +67,6 @@ log = logging.getLogger(__name__)
 dispatcher = get_dispatcher(__name__)
 
 __all__ = ["KnowledgeLookup", "KnowledgeQueryEngine", "LookupDetails", "agent_text", "evidence_nodes"]
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off for the block (as it was before, after it); reference counting still
-    frees what the block drops."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 @dataclass
@@ -106,7 +81,9 @@ class LookupDetails:
 class KnowledgeLookup:
     """The ``lookup_knowledge`` pipeline. Build once (loads the model, connects Milvus); call ``lookup`` often.
 
-    Thread-safe: ``lookup`` keeps no per-call state on the object.
+    Thread-safe: ``lookup`` keeps no per-call state on the object. It reads the current
+    :class:`~kb_retrieval.pipeline.Pipeline` once (built from the settings and the current
+    :class:`~kb_retrieval.state.RetrievalState`) and uses it to its end, whatever a reload meanwhile publishes.
     """
 
     def __init__(
@@ -138,177 +115,85 @@ class KnowledgeLookup:
             self.features_off.setdefault("embedding_check", note)
         self.path = path or make_path(self.settings, self.client)
         # Where searches run: a mirror of the collection in memory (Milvus Lite) or Milvus itself (a server).
-        self.plan, self.plan_reason = choose_plan(self.client, self.settings, custom_path=custom_path)
+        plan, plan_reason = choose_plan(self.client, self.settings, custom_path=custom_path)
         # BM25 in Milvus (one hybrid call per attempt) where the collection and the path can, else in process.
         self.lexical_mode, lexical_reason = choose_lexical_mode(self.client, self.settings, self.path)
         if lexical_reason:
             self.features_off["milvus_bm25"] = lexical_reason
         self.sections = SectionStore(self.client, self.settings)
-        self._load_state()
-        self._freshness = FreshnessCheck(self._reload_if_changed, self.settings.freshness_check_s)
+        self._resources = Resources(
+            path=self.path,
+            query_embed_model=self.query_embed_model,
+            sections=self.sections,
+            ingest_record=self.ingest_record,
+            lexical_mode=self.lexical_mode,
+        )
+        # One holder of the retrieval state for this object and every settings variant of it (``with_settings``).
+        loader = StateLoader(self.client, self.settings, plan, plan_reason, self.lexical_mode)
+        self._holder = StateHolder(loader, self.settings.freshness_check_s)
+        self._callback_manager: CallbackManager | None = None
+        self._pipeline_lock = threading.Lock()
+        self._pipeline = self._build_pipeline(self._holder.current)
         self.traces = trace_store or TraceStore.from_settings(self.settings)
         # The comparison runner (the sidecar) is known only through the protocol in kb_retrieval.beside.
         self.beside = beside
         if self.beside is None and self.settings.sidecar_enabled:
             self.beside = load_runner(self.settings.sidecar_factory, self.settings, self.embed_model)
 
-    def _load_state(self) -> None:
-        """Read the retrieval state kept in Milvus (the L0 index, the document vectors, the BM25 corpus) and assemble
-        the parts.
+    # --- state and pipeline ---------------------------------------------------------------------------
 
-        Everything is read before anything is replaced: a read that fails leaves the previous state whole. The
-        cyclic garbage collector waits meanwhile: the build makes millions of short-lived containers and none of
-        them a cycle, and at 100k chunks its repeated full passes over them took most of the build's time.
-        """
-        with _collector_paused():
-            self._read_state()
+    def _build_pipeline(self, state: RetrievalState) -> Pipeline:
+        return Pipeline.build(self.settings, state, self._resources, callback_manager=self._callback_manager)
 
-    def _read_state(self) -> None:
-        scoring = self.settings.scoring
-        index = L0Index.load_from_milvus(self.client, self.settings)
-        l0 = L0HintProvider(
-            index,
-            max_keyword_documents=scoring.l0_max_keyword_documents,
-            title_coverage_min=scoring.l0_title_coverage_min,
-            title_coverage_limit=scoring.l0_title_coverage_limit,
-        )
-        # What is built from every chunk comes from this host's snapshot of the index version when there is one.
-        started, plan = time.perf_counter(), self.plan
-        key = snapshot_key(self.settings, index.index_version, plan=plan, lexical_mode=self.lexical_mode)
-        parts = load_snapshot(self.settings, key) if key else None
-        if parts is not None:
-            memory, lexical, exact = parts.memory, None, parts.exact
-        else:
-            memory = self._load_memory()
-            # In milvus_bm25 mode Milvus keeps BM25 (always as fresh as the collection); the scan serves the exact
-            # index. The memory plan has every row already: the same rows serve both, with no second scan.
-            needs_scan = self.lexical_mode == "in_process_bm25" or scoring.exact_signals
-            lexical, exact = self._build_lexical(memory.rows if memory else None) if needs_scan else (None, None)
-        self.state_source = "snapshot" if parts is not None else "milvus"
-        self.state_read_s = round(time.perf_counter() - started, 3)
-        doc_vectors = (
-            DocumentVectors.load_from_milvus(self.client, self.settings) if self.settings.document_ranking else None
-        )
-        # What makes a word a rare term: the documents' own titles and headings, as recorded at ingest.
-        names = named_terms({s: [e.title, *e.headings] for s, e in index.documents.items()}) if exact else {}
-        self.index_version, self.l0_off_reason = index.index_version, index.off_reason
-        self.l0, self.lexical, self.exact, self.doc_vectors = l0, lexical, exact, doc_vectors
-        self.named_terms = names
-        self.memory = memory
-        if parts is None and key and plan == self.plan:
-            self._write_snapshot(key, index.index_version, SnapshotParts(memory=memory, exact=exact))
-        if not hasattr(self, "attempts"):
-            self._assemble()
-            return
-        # A reload swaps the state in the parts already assembled (a lookup in flight keeps what it read).
-        self.dense.memory = memory
-        self.hybrid.lexical = lexical
-        self.hybrid.exact, self.hybrid.named_terms = exact, names
-        for postprocessor in self.postprocessors:
-            if isinstance(postprocessor, RuleReranker):
-                postprocessor.l0 = l0
-            elif isinstance(postprocessor, DocumentRanker):
-                postprocessor.vectors = doc_vectors
+    @property
+    def pipeline(self) -> Pipeline:
+        """The pipeline of these settings over the current retrieval state (built anew once per index version)."""
+        pipeline, state = self._pipeline, self._holder.current
+        if pipeline.state is state:
+            return pipeline
+        with self._pipeline_lock:
+            if self._pipeline.state is not state:
+                self._pipeline = self._build_pipeline(state)
+            return self._pipeline
 
-    def _write_snapshot(self, key: str, version: str, parts: SnapshotParts) -> None:
-        """Snapshot what was read, unless an ingest published a new version meanwhile (what was read may then hold
-        part of it: it is kept in memory until the freshness check reloads, never under the older version's key)."""
-        try:
-            unchanged = index_version(self.client, self.settings, timeout=self.settings.milvus_timeout_s) == version
-        except Exception as exc:
-            log.warning("state snapshot not written (the index version could not be read again): %s", exc)
-            return
-        if unchanged:
-            write_snapshot(self.settings, key, parts)
+    @property
+    def state(self) -> RetrievalState:
+        """The current retrieval state (one index version)."""
+        return self._holder.current
 
-    def _load_memory(self) -> MemoryMirror | None:
-        """The memory plan's mirror, read from Milvus now; ``None`` on the milvus plan. A collection past the bound
-        turns this lookup object to the milvus plan, with the reason (``stats``, the trace notes)."""
-        if self.plan != "memory":
-            return None
-        try:
-            return MemoryMirror.load(
-                self.client,
-                self.settings,
-                lexical=self.lexical_mode == "milvus_bm25",
-                max_mb=self.settings.memory_plan_max_mb,
-            )
-        except MirrorTooLargeError as exc:
-            log.warning("%s: searching in Milvus", exc)
-            self.plan, self.plan_reason = "milvus", str(exc)
-            return None
+    @property
+    def state_holder(self) -> StateHolder:
+        """Where the current state is kept and replaced: shared by every settings variant of this object."""
+        return self._holder
+
+    # The current state's and pipeline's parts, read-only (``stats``, the bench, tests).
+    index_version = property(lambda self: self.state.index_version)
+    l0 = property(lambda self: self.state.l0)
+    l0_off_reason = property(lambda self: self.state.l0_off_reason)
+    lexical = property(lambda self: self.state.lexical)
+    exact = property(lambda self: self.state.exact)
+    named_terms = property(lambda self: self.state.named_terms)
+    doc_vectors = property(lambda self: self.state.doc_vectors)
+    memory = property(lambda self: self.state.memory)
+    plan = property(lambda self: self.state.plan)
+    plan_reason = property(lambda self: self.state.plan_reason)
+    state_source = property(lambda self: self.state.source)
+    state_read_s = property(lambda self: self.state.read_s)
+    dense = property(lambda self: self.pipeline.dense)
+    hybrid = property(lambda self: self.pipeline.hybrid)
+    postprocessors = property(lambda self: list(self.pipeline.postprocessors))
+    attempts = property(lambda self: self.pipeline.attempts)
 
     def refresh(self, *, force: bool = False, deadline: Deadline | None = None) -> bool:
         """Reload the L0 index and BM25 when another process's ingest changed the index version (checked at most
         every ``freshness_check_s``, off the request path: a lookup waits for the check at most half of what is left
         of its ``deadline``, see :mod:`kb_retrieval.freshness`); True when reloaded. Never raises: when Milvus cannot
         be read, the lookup goes on with the state it has (its search then reports the outage) and the next check
-        tries again. ``force``: check now and wait for it."""
-        return self._freshness.run(deadline=deadline, force=force)
-
-    def _reload_if_changed(self, force: bool = False) -> bool:
-        """The freshness check: the index version (within ``milvus_timeout_s``), and a reload when it changed
-        (``force``: whatever it is)."""
-        try:
-            current = index_version(self.client, self.settings, timeout=self.settings.milvus_timeout_s)
-            # '' is also what an unreadable meta collection gives: not a reason to drop a state we have.
-            if not force and (current == self.index_version or (not current and self.index_version)):
-                return False
-            log.info("index version changed (%s -> %s): reloading the retrieval state", self.index_version, current)
-            self._load_state()
-        except Exception as exc:
-            log.warning("refreshing the retrieval state failed (kept the previous one): %s", exc)
-            return False
-        return True
-
-    def _assemble(self) -> None:
-        """The parts that read the settings: the L1 retrievers and the postprocessor chain."""
-        s = self.settings
-        self.dense = L1Retriever(self.path, s, self.query_embed_model, memory=self.memory)
-        self.hybrid = HybridRetriever(
-            self.dense,
-            self.lexical,
-            s,
-            exact=self.exact,
-            lexical_mode=self.lexical_mode if s.lexical_enabled else "off",
-        )
-        self.hybrid.named_terms = self.named_terms
-        self.postprocessors: list[BaseNodePostprocessor] = [
-            RuleReranker(boosts=s.scoring.boosts(), lexical_weight=s.lexical_weight, l0=self.l0),
-            SourceDeduplicator(
-                focus_weight=s.doc_focus_weight,
-                focus_saturation=s.scoring.focus_saturation,
-                focus_padding=s.scoring.focus_padding,
-            ),
-            *(
-                [DocumentRanker(weights=s.scoring.ranking_weights(), vectors=self.doc_vectors)]
-                if s.document_ranking
-                else []
-            ),
-            DocumentExpander(sections=self.sections, max_documents=s.max_evidence_blocks if s.expand_documents else 0),
-        ]
-        self.attempts = AttemptRunner(self.hybrid, self.postprocessors, s)
-
-    def _build_lexical(
-        self, read: Iterable[dict[str, Any]] | None = None
-    ) -> tuple[LexicalIndex | None, ExactIdentifierIndex | None]:
-        """BM25 (in process only: text with its header) and the exact-identifier index over the chunks the collection
-        holds now, from one scan (or from ``read``: rows already read, with the same fields)."""
-        s = self.settings
-        fields = [f for f in (s.id_field, s.content_field, s.category_field, s.metadata_field, s.source_field) if f]
-        rows = []
-        for row in read if read is not None else iter_rows(self.client, s, fields):
-            meta = (row.get(s.metadata_field) if s.metadata_field else None) or {}
-            text = lexical_document(meta.get("title"), meta.get("breadcrumb"), row.get(s.content_field, ""))
-            category = (row.get(s.category_field) if s.category_field else None) or ""
-            rows.append((str(row[s.id_field]), str(row.get(s.source_field) or ""), text, category))
-        in_process = self.lexical_mode == "in_process_bm25"
-        lexical = LexicalIndex.build((r[0], r[2], r[3]) for r in rows) if in_process else None
-        exact = ExactIdentifierIndex.build((r[0], r[1], r[2]) for r in rows) if s.scoring.exact_signals else None
-        return lexical, exact
+        tries again. ``force``: check now and wait for it. One check serves every settings variant of this object."""
+        return self._holder.refresh(force=force, deadline=deadline)
 
     def with_settings(self, **overrides: Any) -> KnowledgeLookup:
-        """The same pipeline (model, client, indexes, trace store shared) with some settings changed.
+        """The same pipeline (model, client, retrieval state, trace store shared) with some settings changed.
 
         Example:
             >>> wide = lookup.with_settings(top_k=50, max_evidence_blocks=10)  # doctest: +SKIP
@@ -317,11 +202,17 @@ class KnowledgeLookup:
             raise ValueError(
                 f"unknown setting(s) {', '.join(unknown)}; valid: {', '.join(sorted(KBSettings.model_fields))}"
             )
+        settings = self.settings.model_copy(update=overrides)
+        KBSettings.model_validate(settings.model_dump())  # overrides are validated like any setting
+        return self._variant(settings, self._callback_manager)
+
+    def _variant(self, settings: KBSettings, callback_manager: CallbackManager | None) -> KnowledgeLookup:
+        """A copy with other settings (and postprocessors reporting to ``callback_manager``), sharing the state
+        holder: its pipeline is its own, built over whatever state the holder has."""
         clone = copy.copy(self)
-        clone.settings = self.settings.model_copy(update=overrides)
-        KBSettings.model_validate(clone.settings.model_dump())  # overrides are validated like any setting
-        clone._assemble()
-        clone._freshness = FreshnessCheck(clone._reload_if_changed, clone.settings.freshness_check_s)
+        clone.settings, clone._callback_manager = settings, callback_manager
+        clone._pipeline_lock = threading.Lock()
+        clone._pipeline = clone._build_pipeline(self._holder.current)
         return clone
 
     # --- the pipeline ---------------------------------------------------------------------------------
@@ -360,15 +251,16 @@ class KnowledgeLookup:
         with clock("beside"):
             job = self.beside.start(query) if self.beside else None  # runs beside from here; never changes the result
 
-        l0, attempts = self.l0, self.attempts  # the L0 provider this lookup's hints come from, whatever a refresh does
+        pipeline = self.pipeline  # this lookup's stages and state to its end, whatever a refresh publishes
+        state = pipeline.state
         with clock("query_transform"):
             transform = transform_query(
-                query, l0, self.settings.max_query_chars, read_short_names=self.settings.read_short_names
+                query, state.l0, self.settings.max_query_chars, read_short_names=self.settings.read_short_names
             )
-            if self.l0_off_reason:
-                transform.notes.append(f"L0 off: {self.l0_off_reason}")
-            if self.doc_vectors is not None and self.doc_vectors.off_reason:
-                transform.notes.append(f"document ranking off: {self.doc_vectors.off_reason}")
+            if state.l0_off_reason:
+                transform.notes.append(f"L0 off: {state.l0_off_reason}")
+            if state.doc_vectors is not None and state.doc_vectors.off_reason:
+                transform.notes.append(f"document ranking off: {state.doc_vectors.off_reason}")
             for feature, reason in self.features_off.items():
                 transform.notes.append(f"{feature} off: {reason}")
             if "category_filter" in self.features_off and transform.category_filter:
@@ -385,7 +277,7 @@ class KnowledgeLookup:
                 category_filter=transform.category_filter,
                 scope=scope,
             )
-            l1 = attempts.run(bundle, embedding, deadline, clock, known_documents=len(l0.index.documents))
+            l1 = pipeline.attempts.run(bundle, embedding, deadline, clock, known_documents=state.known_documents)
         selected = l1.selected
         with clock("pack"):
             pack = pack_context(
@@ -455,10 +347,9 @@ class KnowledgeLookup:
 
         if similarity_top_k is not None:
             overrides["max_evidence_blocks"] = similarity_top_k
-        lookup = self.with_settings(**overrides) if overrides or callback_manager is not None else self
+        lookup = self.with_settings(**overrides) if overrides else self
         if callback_manager is not None:  # the pipeline's rerankers report to it too (CBEventType.RERANKING)
-            for postprocessor in lookup.postprocessors:
-                postprocessor.callback_manager = callback_manager
+            lookup = lookup._variant(lookup.settings, callback_manager)
         return KnowledgeRetriever(lookup, filters=filters, callback_manager=callback_manager)
 
     def as_query_engine(self, llm: Any = None, response_mode: Any = None, **kwargs: Any) -> BaseQueryEngine:

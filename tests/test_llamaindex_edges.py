@@ -128,7 +128,7 @@ def test_postprocessor_configuration_round_trips_and_from_lookup_reattaches(torc
     )
     reranker = RuleReranker.from_lookup(torch_lookup)
     assert "l0" not in reranker.to_dict() and RuleReranker.from_dict(reranker.to_dict()).l0 is None
-    assert RuleReranker.from_dict(reranker.to_dict()).attach(l0=torch_lookup.l0).l0 is torch_lookup.l0
+    assert RuleReranker.from_lookup(torch_lookup, config=reranker.to_dict()).l0 is torch_lookup.l0
 
 
 # --- events -------------------------------------------------------------------------------------------------

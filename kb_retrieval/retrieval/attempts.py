@@ -22,7 +22,7 @@ from llama_index.core.schema import NodeWithScore
 
 from kb_retrieval.config import Settings
 from kb_retrieval.models import EvidenceBlock, FallbackReason, RetrievalAttempt
-from kb_retrieval.retrieval.deadline import Deadline, DeadlineExceededError
+from kb_retrieval.retrieval.deadline import Deadline, wait_until
 from kb_retrieval.retrieval.events import lookup_retrieval
 from kb_retrieval.retrieval.evidence import build_evidence_blocks
 from kb_retrieval.retrieval.hybrid import HybridRetriever, HybridSearch, LookupQuery
@@ -34,8 +34,6 @@ dispatcher = get_dispatcher(__name__)
 
 #: Searches in Milvus, each waited for until its lookup's deadline (a call held past it is left to finish here).
 _MILVUS_CALLS = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="kb-milvus-search")
-#: What a waiting lookup gives a search beyond its deadline (the call's own timeout normally ends it first).
-_DEADLINE_GRACE_S = 0.2
 
 
 @dataclass
@@ -133,17 +131,14 @@ class AttemptRunner:
         """The attempt's search. On the memory plan, in this thread; a search in Milvus runs on a worker and is waited
         for only until the lookup's deadline: pymilvus' reconnect after a server restart ignores the call's timeout
         (one call took 5.2 s on a 3 s deadline), and a lookup answers in time whatever the client does."""
-        if self.hybrid.dense.memory is not None and query.scope is None:
+        if self.hybrid.dense.mirror_for(query.scope) is not None:
             return self.hybrid.search(embedding, query.query_str, category, deadline, clock.stage_ms, scope=None)
         stages: dict[str, float] = {}  # the worker's own: a search given up on must not write into this lookup's
         call = contextvars.copy_context().run
         future = _MILVUS_CALLS.submit(
             call, self.hybrid.search, embedding, query.query_str, category, deadline, stages, scope=query.scope
         )
-        try:
-            search = future.result(timeout=deadline.remaining() + _DEADLINE_GRACE_S)
-        except concurrent.futures.TimeoutError:
-            raise DeadlineExceededError("the lookup's deadline passed during the Milvus search") from None
+        search = wait_until(future, deadline)
         for stage, ms in stages.items():
             clock.stage_ms[stage] = round(clock.stage_ms.get(stage, 0.0) + ms, 3)
         return search

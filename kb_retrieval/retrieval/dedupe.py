@@ -32,15 +32,17 @@ class SourceDeduplicator(BaseNodePostprocessor):
     focus_padding: int = Field(default=2, ge=0, description="Added to a document's chunk count.")
 
     @classmethod
-    def from_lookup(cls, lookup: Any, config: dict[str, Any] | None = None) -> SourceDeduplicator:
-        """A deduplicator with ``lookup``'s configuration (or ``config``, a ``to_dict()``); it has no runtime state."""
+    def from_lookup(cls, lookup: Any, config: dict[str, Any] | None = None, **fields: Any) -> SourceDeduplicator:
+        """A deduplicator with ``lookup``'s configuration (or ``config``, a ``to_dict()``); it has no runtime state.
+        ``fields``: other fields (e.g. ``callback_manager``). The one way the pipeline builds its deduplicator."""
         if config is not None:
-            return cls.from_dict(config)
+            return cls.from_dict(config, **fields)
         s = lookup.settings
         return cls(
             focus_weight=s.doc_focus_weight,
             focus_saturation=s.scoring.focus_saturation,
             focus_padding=s.scoring.focus_padding,
+            **fields,
         )
 
     @classmethod

@@ -37,8 +37,8 @@ the bundle (a stock ``aquery`` leaves it off) the ranker embeds the query itself
 stock node's absolute ``file_path`` (``SimpleDirectoryReader``) is mapped to the source id relative to the
 knowledge-base root recorded at ingest.
 
-Its state (vectors, query model, roots) is private: ``to_dict`` is its configuration (the weights), and
-:meth:`DocumentRanker.from_lookup` builds one with a lookup's configuration and state.
+Its state (vectors, query model, roots) is private and given when it is built: ``to_dict`` is its configuration
+(the weights), and :meth:`DocumentRanker.from_lookup` builds one with a lookup's configuration and state.
 
 Example:
     >>> ranker = DocumentRanker.from_lookup(lookup)  # doctest: +SKIP
@@ -98,45 +98,37 @@ class DocumentRanker(BaseNodePostprocessor):
         *,
         vectors: DocumentVectors | None = None,
         embed_model: Any = None,
-        roots: tuple[str, ...] = (),
+        roots: Iterable[str] = (),
         **data: Any,
     ) -> None:
         super().__init__(**data)
-        self.attach(vectors=vectors, embed_model=embed_model, roots=roots)
+        self._vectors = vectors
+        self._embed_model = embed_model
+        self._roots = tuple(roots)
 
     @classmethod
     def class_name(cls) -> str:
         return "DocumentRanker"
 
     @classmethod
-    def from_lookup(cls, lookup: Any, config: dict[str, Any] | None = None) -> DocumentRanker:
+    def from_lookup(cls, lookup: Any, config: dict[str, Any] | None = None, **fields: Any) -> DocumentRanker:
         """A ranker with ``lookup``'s weights (or ``config``, a ``to_dict()``) and its state: the document vectors,
-        the query model (for bundles without an embedding) and the knowledge-base roots recorded at ingest."""
-        ranker = cls.from_dict(config) if config is not None else cls(weights=lookup.settings.scoring.ranking_weights())
-        return ranker.attach(
-            vectors=lookup.doc_vectors, embed_model=lookup.query_embed_model, roots=lookup.ingest_record.roots
-        )
-
-    def attach(
-        self, *, vectors: DocumentVectors | None = None, embed_model: Any = None, roots: Iterable[str] = ()
-    ) -> DocumentRanker:
-        """Set the runtime state given (``None`` / empty leaves a part as it is); returns the ranker."""
-        if vectors is not None:
-            self._vectors = vectors
-        if embed_model is not None:
-            self._embed_model = embed_model
-        if roots:
-            self._roots = tuple(roots)
-        return self
+        the query model (for bundles without an embedding) and the knowledge-base roots recorded at ingest.
+        ``fields``: other fields (e.g. ``callback_manager``). The one way the pipeline builds its ranker."""
+        state = {
+            "vectors": lookup.doc_vectors,
+            "embed_model": lookup.query_embed_model,
+            "roots": lookup.ingest_record.roots,
+            **fields,
+        }
+        if config is not None:
+            return cls.from_dict(config, **state)
+        return cls(weights=lookup.settings.scoring.ranking_weights(), **state)
 
     @property
     def vectors(self) -> DocumentVectors | None:
-        """The documents' vectors (runtime state, not configuration)."""
+        """The documents' vectors (runtime state, given when built; not configuration)."""
         return self._vectors
-
-    @vectors.setter
-    def vectors(self, value: DocumentVectors | None) -> None:
-        self._vectors = value
 
     def _postprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None

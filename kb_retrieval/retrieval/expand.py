@@ -101,37 +101,26 @@ class DocumentExpander(BaseNodePostprocessor):
 
     def __init__(self, *, sections: SectionStore | None = None, **data: Any) -> None:
         super().__init__(**data)
-        self.attach(sections=sections)
+        self._sections = sections
 
     @classmethod
     def class_name(cls) -> str:
         return "DocumentExpander"
 
     @classmethod
-    def from_lookup(cls, lookup: Any, config: dict[str, Any] | None = None) -> DocumentExpander:
-        """An expander with ``lookup``'s configuration (or ``config``, a ``to_dict()``) reading its section store."""
+    def from_lookup(cls, lookup: Any, config: dict[str, Any] | None = None, **fields: Any) -> DocumentExpander:
+        """An expander with ``lookup``'s configuration (or ``config``, a ``to_dict()``) reading its section store.
+        ``fields``: other fields (e.g. ``callback_manager``). The one way the pipeline builds its expander."""
+        state = {"sections": lookup.sections, **fields}
+        if config is not None:
+            return cls.from_dict(config, **state)
         s = lookup.settings
-        expander = (
-            cls.from_dict(config)
-            if config is not None
-            else cls(max_documents=s.max_evidence_blocks if s.expand_documents else 0)
-        )
-        return expander.attach(sections=lookup.sections)
-
-    def attach(self, *, sections: SectionStore | None = None) -> DocumentExpander:
-        """Set the section store (``None`` leaves it as it is); returns the expander."""
-        if sections is not None:
-            self._sections = sections
-        return self
+        return cls(max_documents=s.max_evidence_blocks if s.expand_documents else 0, **state)
 
     @property
     def sections(self) -> SectionStore | None:
-        """Where sections come from (runtime state, not configuration)."""
+        """Where sections come from (runtime state, given when built; not configuration)."""
         return self._sections
-
-    @sections.setter
-    def sections(self, value: SectionStore | None) -> None:
-        self._sections = value
 
     def _postprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None

@@ -50,11 +50,11 @@ from kb_retrieval.config import Settings
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.indexing.milvus import full_text_off
 from kb_retrieval.models import Candidate, LexicalMode, QueryTransform
-from kb_retrieval.retrieval.deadline import Deadline, DeadlineExceededError
+from kb_retrieval.retrieval.deadline import Deadline, wait_until
 from kb_retrieval.retrieval.exact import ExactIdentifierIndex
 from kb_retrieval.retrieval.l1.base import one_version_per_source, supports_hybrid
 from kb_retrieval.retrieval.l1.retriever import KeptChunks, L1Retriever
-from kb_retrieval.retrieval.lexical import LexicalIndex, analysed_text
+from kb_retrieval.retrieval.lexical import LexicalIndex, analysed_text, relative_to_best
 from kb_retrieval.retrieval.stage import candidate_node
 from kb_retrieval.retrieval.timing import StageClock
 
@@ -64,8 +64,6 @@ dispatcher = get_dispatcher(__name__)
 #: The dense search of an in-process BM25 search in Milvus, sent before BM25 runs (see ``HybridRetriever.search``).
 #: Its own pool: the caller already runs on a worker of the attempts' pool, which must not wait on itself.
 _SIDE_CALLS = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="kb-milvus-dense")
-#: What a dense search is given beyond the lookup's deadline (its own timeout normally ends it first).
-_DEADLINE_GRACE_S = 0.2
 
 
 def _calls(path: str | None) -> int:
@@ -145,30 +143,23 @@ class HybridRetriever(BaseRetriever):
         settings: Settings,
         exact: ExactIdentifierIndex | None = None,
         *,
+        named_terms: dict[str, frozenset[str]] | None = None,
         lexical_mode: LexicalMode | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.dense = dense
         self.settings = settings
-        self.lexical = lexical  # and the kept chunks (see the property)
+        self.lexical = lexical
         self.exact = exact
         #: Tokens -> the documents naming them in a title or heading (``exact.named_terms``): what makes a word a
         #: rare term; empty, no rare terms.
-        self.named_terms: dict[str, frozenset[str]] = {}
+        self.named_terms: dict[str, frozenset[str]] = named_terms or {}
+        #: The chunks read by key, kept for later lookups: this retriever's (a new index version gets a new one).
+        self.kept = KeptChunks(settings)
         self.lexical_mode: LexicalMode = lexical_mode or ("in_process_bm25" if lexical is not None else "off")
         if self.lexical_mode == "in_process_bm25" and lexical is None:
             raise ValueError("lexical_mode 'in_process_bm25' needs a LexicalIndex")
-
-    @property
-    def lexical(self) -> LexicalIndex | None:
-        """The in-process BM25 index; setting it (a reload of the retrieval state) starts the kept chunks anew."""
-        return self._lexical_index
-
-    @lexical.setter
-    def lexical(self, index: LexicalIndex | None) -> None:
-        self._lexical_index = index
-        self.kept = KeptChunks(self.settings)
 
     def search(
         self,
@@ -194,7 +185,7 @@ class HybridRetriever(BaseRetriever):
             result = self._search_in_milvus(embedding, terms, category, deadline, clock, list(exact_terms), scope)
             result.exact_terms, result.exact_df = exact_terms, exact_df
             return result
-        if self.dense.memory is not None and scope is None:
+        if self.dense.mirror_for(scope) is not None:
             return self._search_in_memory(embedding, query_text, category, deadline, clock, exact_terms, exact_df)
         if not exact_terms and not self._runs_bm25():  # nothing to score beside the dense search
             with clock("search"):
@@ -240,10 +231,7 @@ class HybridRetriever(BaseRetriever):
                     extra = _best_first(held + read.candidates, settings.metric) if held else read.candidates
                 except Exception as exc:  # the dense candidates (and the kept ones) still stand
                     failed = exc
-            try:
-                dense = dense_call.result(timeout=deadline.remaining() + _DEADLINE_GRACE_S)
-            except concurrent.futures.TimeoutError:
-                raise DeadlineExceededError("the lookup's deadline passed during the Milvus search") from None
+            dense = wait_until(dense_call, deadline)
         finally:
             dense_call.cancel()  # a no-op once it runs; an exception above must not leave it queued
             waited = (time.perf_counter() - started) * 1000
@@ -367,8 +355,7 @@ class HybridRetriever(BaseRetriever):
             )
         by_similarity = sorted(found.candidates, key=lambda c: -c.similarity)  # stable: ties keep Milvus' order
         dense = by_similarity[: settings.top_k]
-        best = max(found.bm25.values(), default=0.0)
-        relative = {chunk_id: round(score / best, 6) for chunk_id, score in found.bm25.items()} if best > 0 else {}
+        relative = relative_to_best(found.bm25)
         known = {c.chunk_id for c in dense}
         wanted = set(exact_ids) | {c for c, score in relative.items() if score >= settings.lexical_rescore_min}
         added = [c for c in by_similarity[settings.top_k :] if c.chunk_id in wanted and c.chunk_id not in known]
@@ -404,6 +391,4 @@ def _best_first(candidates: list[Candidate], metric: str) -> list[Candidate]:
 def _within(scores: dict[str, float], kept: set[str]) -> dict[str, float]:
     """In-process BM25 scores of the chunks a scoped search kept, relative to the best of them again (the relative
     score is to the query's best hit under the same filter)."""
-    inside = {chunk_id: score for chunk_id, score in scores.items() if chunk_id in kept}
-    best = max(inside.values(), default=0.0)
-    return {chunk_id: round(score / best, 6) for chunk_id, score in inside.items()} if best > 0 else {}
+    return relative_to_best({chunk_id: score for chunk_id, score in scores.items() if chunk_id in kept})

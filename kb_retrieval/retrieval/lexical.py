@@ -160,6 +160,18 @@ def top_k(values: np.ndarray, k: int) -> np.ndarray:
     return chosen[np.argsort(-values[chosen], kind="stable")]
 
 
+def relative_to_best(scores: dict[str, float]) -> dict[str, float]:
+    """BM25 scores relative to the best of them (1.0 for the best, six decimals; none without a positive best): the
+    ``lexical_score`` every place BM25 runs reports, in process or in Milvus.
+
+    Example:
+        >>> relative_to_best({"c1": 4.0, "c2": 1.0})
+        {'c1': 1.0, 'c2': 0.25}
+    """
+    best = max(scores.values(), default=0.0)
+    return {chunk_id: round(score / best, 6) for chunk_id, score in scores.items()} if best > 0 else {}
+
+
 @dataclass(frozen=True)
 class LexicalHit:
     chunk_id: str
@@ -216,8 +228,5 @@ class LexicalIndex:
             if positions is not None:
                 kept[positions] = weights[positions]
             weights = kept
-        top = top_k(weights, k)
-        best = float(weights[top[0]]) if len(top) else 0.0
-        if best <= 0:
-            return []
-        return [LexicalHit(self.chunk_ids[i], round(float(weights[i]) / best, 6)) for i in top if weights[i] > 0]
+        scores = {self.chunk_ids[i]: float(weights[i]) for i in top_k(weights, k) if weights[i] > 0}
+        return [LexicalHit(chunk_id, score) for chunk_id, score in relative_to_best(scores).items()]

@@ -92,40 +92,28 @@ class RuleReranker(BaseNodePostprocessor):
 
     def __init__(self, *, l0: L0HintProvider | None = None, roots: Iterable[str] = (), **data: Any) -> None:
         super().__init__(**data)
-        self.attach(l0=l0, roots=roots)
+        self._l0 = l0
+        self._roots = tuple(roots)
 
     @classmethod
     def class_name(cls) -> str:
         return "RuleReranker"
 
     @classmethod
-    def from_lookup(cls, lookup: Any, config: dict[str, Any] | None = None) -> RuleReranker:
+    def from_lookup(cls, lookup: Any, config: dict[str, Any] | None = None, **fields: Any) -> RuleReranker:
         """A reranker with ``lookup``'s boosts (or ``config``, a ``to_dict()``) and its state: the L0 index (hints
-        for stock bundles) and the knowledge-base roots recorded at ingest (for stock nodes' ``file_path``)."""
+        for stock bundles) and the knowledge-base roots recorded at ingest (for stock nodes' ``file_path``).
+        ``fields``: other fields (e.g. ``callback_manager``). The one way the pipeline builds its reranker."""
+        state = {"l0": lookup.l0, "roots": lookup.ingest_record.roots, **fields}
+        if config is not None:
+            return cls.from_dict(config, **state)
         s = lookup.settings
-        reranker = (
-            cls.from_dict(config)
-            if config is not None
-            else cls(boosts=s.scoring.boosts(), lexical_weight=s.lexical_weight)
-        )
-        return reranker.attach(l0=lookup.l0, roots=lookup.ingest_record.roots)
-
-    def attach(self, *, l0: L0HintProvider | None = None, roots: Iterable[str] = ()) -> RuleReranker:
-        """Set the runtime state given (``None`` / empty leaves a part as it is); returns the reranker."""
-        if l0 is not None:
-            self._l0 = l0
-        if roots:
-            self._roots = tuple(roots)
-        return self
+        return cls(boosts=s.scoring.boosts(), lexical_weight=s.lexical_weight, **state)
 
     @property
     def l0(self) -> L0HintProvider | None:
-        """Computes hints when the query bundle carries none (runtime state, not configuration)."""
+        """Computes hints when the query bundle carries none (runtime state, given when built; not configuration)."""
         return self._l0
-
-    @l0.setter
-    def l0(self, value: L0HintProvider | None) -> None:
-        self._l0 = value
 
     def hints_for(self, query_bundle: QueryBundle | None) -> L0Hints:
         """The lookup's hints when the bundle carries them; else computed by ``l0``; else none."""

@@ -3,8 +3,9 @@ section store, the query model, the knowledge-base roots) is private, never conf
 without it is said, not skipped in silence.
 
 - State lives in pydantic ``PrivateAttr``s (as ``SentenceTransformerRerank`` keeps its model): ``to_dict`` /
-  ``from_dict`` carry configuration only, and ``from_lookup(lookup)`` builds a postprocessor with a lookup's
-  configuration and state (``attach(...)`` sets state on one that exists, e.g. after ``from_dict``).
+  ``from_dict`` carry configuration only, and ``from_lookup(lookup, config=None)`` builds a postprocessor with a
+  lookup's state and its configuration (or ``config``, a ``to_dict()``). State is given when a postprocessor is built
+  and never assigned afterwards: a new index version gets new postprocessors (:mod:`kb_retrieval.pipeline`).
 - :func:`cannot` records a limitation in the node's stage data (``StageData.notes``) and logs it once per
   postprocessor class and kind, however many nodes and calls meet it.
 - :func:`known_source` maps a stock node's absolute ``file_path`` (``SimpleDirectoryReader``'s default) to the source
@@ -12,7 +13,7 @@ without it is said, not skipped in silence.
 
 Example:
     >>> ranker = DocumentRanker.from_lookup(lookup)  # doctest: +SKIP
-    >>> again = DocumentRanker.from_dict(ranker.to_dict()).attach(vectors=lookup.doc_vectors)  # doctest: +SKIP
+    >>> again = DocumentRanker.from_lookup(lookup, config=ranker.to_dict())  # doctest: +SKIP
 """
 
 from __future__ import annotations

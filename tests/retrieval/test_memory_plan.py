@@ -177,8 +177,8 @@ def test_the_mirror_sees_another_processs_ingest(lite_server, tmp_path, embed_mo
         if result.found and result.evidence_blocks[0].source == "replication-lag.md":
             seen = time.monotonic() - ingested
         time.sleep(0.1)
+    # Seen by the same lookup object, without a restart (how soon is the bench's to measure, not a test's).
     assert seen is not None, "the memory plan did not see the other process's ingest within 10 s"
-    assert seen <= settings.freshness_check_s + 3.0  # the check's interval, the reload, one lookup
     assert lookup.memory is not None and "replication-lag.md" in {r["source"] for r in lookup.memory.rows}
     assert result.retrieval_trace.attempts[-1].path == "memory"
     assert any(r.startswith("lexical_bm25") for r in result.evidence_blocks[0].hit_reasons)

@@ -119,6 +119,11 @@ class L1Retriever(BaseRetriever):
         self.embed_model = embed_model
         self.category_filter = category_filter
 
+    def mirror_for(self, scope: str | None) -> MemoryMirror | None:
+        """The memory plan's mirror when it serves a search under ``scope``, else ``None`` (the path searches Milvus).
+        The one place that decides it: a caller's scope is a Milvus expression, which only Milvus evaluates."""
+        return self.memory if scope is None else None
+
     def filter_expr(self, category: str | None, ids: list[str] | None = None, scope: str | None = None) -> str | None:
         """The expression of one request: the caller's ``scope`` (a translated ``MetadataFilters``, always applied),
         the category hint and an id restriction, joined by AND."""
@@ -146,8 +151,7 @@ class L1Retriever(BaseRetriever):
         search. The same candidates as a search returning the fields, which on the Milvus 2.3 server cost about as much
         as the search itself (docs/tuning-history.md). Once ``kept`` is full, the search returns the fields again."""
         limit = len(ids) if ids else top_k or self.settings.top_k
-        memory = self.memory
-        if memory is not None and scope is None:
+        if (memory := self.mirror_for(scope)) is not None:
             return memory.search(embedding, limit, category, ids)
         expr = self.filter_expr(category, ids, scope)
         path: Any = self.path
@@ -177,8 +181,7 @@ class L1Retriever(BaseRetriever):
         """The chunks ``ids`` (under the category and the caller's scope) with their dense score, best first. Read by
         key with their vectors and scored here where the path can (``fetch``), the vectors then ``kept``; else a
         dense search restricted to them. Scores equal a restricted search's to float32 precision."""
-        memory = self.memory
-        if memory is not None and scope is None:
+        if (memory := self.mirror_for(scope)) is not None:
             return memory.search(embedding, len(ids), category, ids)
         fetch = getattr(self.path, "fetch", None)
         if not ids or not callable(fetch):
@@ -201,8 +204,7 @@ class L1Retriever(BaseRetriever):
         """Dense (``top_k``) and BM25 (``lexical_top_k``) in one Milvus call, both under the category filter, and
         ``ids`` (the exact-identifier candidates) by a dense request restricted to them in the same call; the path must
         support it (:func:`~kb_retrieval.retrieval.l1.base.supports_hybrid`)."""
-        memory = self.memory
-        if memory is not None and scope is None:  # a caller's scope is a Milvus expression: Milvus evaluates it
+        if (memory := self.mirror_for(scope)) is not None:
             return memory.hybrid_search(embedding, terms, category, ids)
         request = HybridRequest(
             embedding,
