@@ -28,6 +28,7 @@ from kb_retrieval.cli_args import (
     CliError,
     add_location_arguments,
     add_lookup_arguments,
+    describe_environment_error,
     describe_settings_error,
     mask_message,
     positive_int,
@@ -570,6 +571,8 @@ def _user_error_message(exc: Exception) -> str | None:
 
     if isinstance(exc, ValidationError) and exc.title in ("KBSettings", "Settings"):
         return describe_settings_error(exc)
+    if type(exc).__name__ == "SettingsError":  # pydantic-settings could not parse a variable (not JSON)
+        return describe_environment_error(exc)
     names = {
         "MilvusUnavailableError",
         "MilvusLiteLockedError",
@@ -577,6 +580,8 @@ def _user_error_message(exc: Exception) -> str | None:
         "EmptyQueryError",
         "GoldenCaseError",
         "FixtureError",
+        "TraceStoreError",
+        "LiteDataError",
     }
     if isinstance(exc, KnowledgeBaseError | ValidationError) or type(exc).__name__ in names:
         return str(exc)

@@ -1,8 +1,9 @@
 """``kb-retrieval serve``: build the lookup once, serve it with uvicorn, and drain the traces on the way out.
 
-SIGTERM or Ctrl-C: uvicorn stops accepting connections and waits for the requests in flight; the app's lifespan
-then waits for the lookups on the pool; last, closing the lookup writes every trace row it accepted (the trace
-store's drain). A request answered is a row recorded.
+SIGTERM or Ctrl-C: uvicorn stops accepting connections and waits for the requests in flight, at most
+``KB_SERVER_GRACEFUL_SHUTDOWN_S`` (a slow client cannot hold the process: its body must arrive within
+``KB_SERVER_BODY_TIMEOUT_S``); the app's lifespan then waits for the lookups on the pool; last, closing the lookup
+writes every trace row it accepted (the trace store's drain). A request answered is a row recorded.
 """
 
 from __future__ import annotations
@@ -59,7 +60,9 @@ def run_server(settings: KBSettings, serve: ServeSettings) -> int:
             log_config=None,
             log_level="warning",
             lifespan="on",
-            timeout_graceful_shutdown=None,  # wait for every request in flight: each one's row is accepted
+            # SIGTERM: the requests in flight get this long, then their connections close (a lookup already
+            # running on the pool still ends and its row is written: the lifespan waits for the pool).
+            timeout_graceful_shutdown=serve.graceful_shutdown_s,
         )
         server = uvicorn.Server(config)
         _announce(server, serve, settings)
