@@ -118,9 +118,8 @@ def test_a_batch_that_does_not_fit_is_refused_before_any_lookup_runs():
     runner._pending = 0
     runner._pending_lock = threading.Lock()
     with runner.admitted(2):
-        with pytest.raises(BusyError, match="nothing was run"):
-            with runner.admitted(2):
-                pass
+        with pytest.raises(BusyError, match="nothing was run"), runner.admitted(2):
+            pass
         assert runner._pending == 2
         with runner.admitted(1):
             assert runner._pending == 3
