@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: Host names that mean this machine only (an address is checked with ``ipaddress``).
@@ -56,6 +56,16 @@ class ServeSettings(BaseSettings):
         gt=0,
         description="Seconds a client may take to send a request body (408 past it): a slow sender holds no slot.",
     )
+
+    @field_validator("token")
+    @classmethod
+    def _not_blank(cls, value: SecretStr) -> SecretStr:
+        secret = value.get_secret_value()
+        if secret and not secret.strip():
+            raise ValueError("is only whitespace: no secret at all (leave it unset, or set a real token)")
+        if secret != secret.strip():
+            raise ValueError("starts or ends with whitespace (a client's 'Authorization: Bearer' would never match)")
+        return value
 
     def allowed_host_names(self) -> frozenset[str]:
         """``allowed_hosts`` as lower-case names (ports and blanks dropped), with the bound address when it is one

@@ -174,3 +174,16 @@ def test_sigterm_is_not_held_by_a_slow_client_and_answered_lookups_keep_their_ro
         assert [row.query for row in store.rows()] == [REDIS_ALERT]
     finally:
         store.close()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("token", ["   ", "\t", " real-token "])
+def test_a_blank_or_padded_token_is_refused(tmp_path, capsys, monkeypatch, token):
+    from kb_retrieval.cli import main
+
+    monkeypatch.setenv("KB_SERVER_TOKEN", token)
+    assert main(["serve", "--host", "0.0.0.0", "--state-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "KB_SERVER_TOKEN" in err and "whitespace" in err
+    assert "real-token" not in err
+    assert not (tmp_path / "milvus.db").exists()
