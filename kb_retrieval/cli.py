@@ -4,9 +4,9 @@ Every command honours ``--state-dir`` / ``KB_STATE_DIR``; flags override ``KB_*`
 Heavy modules load only in the commands that need them, so ``kb-retrieval eval`` stays service-free.
 
 Exit status: 0 done; 1 nothing to do or a check failed (an ingest that found no document, ``eval --fail-under``);
-2 a user error (bad argument, input or setting, unreachable Milvus), printed as one line with secrets masked and
-never a traceback; 130 interrupted; 141 the reader of the output went away (``| head``), like a command ended by
-SIGPIPE.
+2 a user error (bad argument, input or setting, unreachable Milvus, a damaged, read-only or full state dir), printed
+as one line with secrets masked and never a traceback; 3 ``serve`` cannot listen on its address (the port is in
+use); 130 interrupted; 141 the reader of the output went away (``| head``), like a command ended by SIGPIPE.
 """
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ BENCH_MODULES = ("matplotlib", "llama_index.retrievers.bm25", "psutil")
 STDIN = "-"
 #: Modules of the ``serve`` extra that ``kb-retrieval serve`` needs.
 SERVE_MODULES = ("fastapi", "uvicorn", "mcp")
+#: ``serve``'s exit status when its address cannot be bound (uvicorn's own for a failed start-up, kept).
+EXIT_ADDRESS_IN_USE = 3
 #: Where ``lookup`` sends its queries when set (``--server`` overrides it), and the token it sends with them.
 SERVER_URL_ENV = "KB_SERVER_URL"
 SERVER_TOKEN_ENV = "KB_SERVER_TOKEN"
@@ -269,7 +271,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     require_extra("serve", SERVE_MODULES, "serve")
     from pydantic import ValidationError
 
-    from kb_retrieval.service.server import ServeError, run_server
+    from kb_retrieval.service.server import AddressInUseError, ServeError, run_server
     from kb_retrieval.service.settings import ServeSettings
 
     flags = {"host": args.host, "port": args.port, "token": args.token}
@@ -281,6 +283,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     register_secret(serve.token.get_secret_value())
     try:
         return run_server(settings_from_args(args), serve)
+    except AddressInUseError as exc:
+        _user_error(str(exc))
+        return EXIT_ADDRESS_IN_USE
     except ServeError as exc:
         raise CliError(str(exc)) from None
 

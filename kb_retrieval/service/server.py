@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import logging
 import signal
+import socket
 import sys
 from types import FrameType
 from typing import Any
@@ -34,9 +35,32 @@ def check_binding(serve: ServeSettings) -> None:
         )
 
 
+class AddressInUseError(ServeError):
+    """The address and port cannot be bound (another server holds the port, or the address is not this machine's):
+    exit status 3, said before anything is loaded."""
+
+
+def check_address(serve: ServeSettings) -> None:
+    """Bind the address once, as uvicorn will (``SO_REUSEADDR``), before the pipeline is loaded for nothing."""
+    if serve.port == 0:
+        return
+    family = socket.AF_INET6 if ":" in serve.host.strip("[]") else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((serve.host.strip("[]"), serve.port))
+        except OSError as exc:
+            raise AddressInUseError(
+                f"cannot listen on {serve.host} port {serve.port}: {exc.strerror or exc} (another server on that "
+                "port? choose another with --port / KB_SERVER_PORT, or stop it)"
+            ) from None
+
+
 def run_server(settings: KBSettings, serve: ServeSettings) -> int:
-    """Serve until SIGTERM / SIGINT; 0 on a clean stop."""
+    """Serve until SIGTERM / SIGINT; 0 on a clean stop. Raises ``ServeError`` for a setting it refuses and
+    ``AddressInUseError`` for an address it cannot bind, both before anything is loaded."""
     check_binding(serve)
+    check_address(serve)
     from kb_retrieval.engine import KnowledgeLookup
     from kb_retrieval.service.app import create_app
     from kb_retrieval.traces import TraceStore

@@ -187,3 +187,32 @@ def test_a_blank_or_padded_token_is_refused(tmp_path, capsys, monkeypatch, token
     assert err.count("\n") == 1 and "KB_SERVER_TOKEN" in err and "whitespace" in err
     assert "real-token" not in err
     assert not (tmp_path / "milvus.db").exists()
+
+
+def test_terminal_controls_in_a_file_name_are_shown_escaped(in_process):
+    from kb_retrieval.terminal import lookup_text
+
+    result = in_process.lookup(REDIS_ALERT)
+    block = result.evidence_blocks[0]
+    block.source = "\x1b[31mRED\x1b[0m.md\nforged: line"
+    block.title = "title \u202eevil"
+    text = lookup_text(result, in_process.settings.scoring, full=True)
+    assert "\x1b" not in text and "\u202e" not in text
+    assert "\\x1b[31mRED\\x1b[0m.md\\x0aforged: line" in text and "\\u202e" in text
+    assert not any(line.startswith("forged") for line in text.splitlines())
+
+
+@pytest.mark.unit
+def test_a_port_in_use_is_exit_3_in_one_line_before_anything_loads(tmp_path, capsys, monkeypatch):
+    from kb_retrieval.cli import EXIT_ADDRESS_IN_USE, main
+
+    monkeypatch.delenv("KB_SERVER_TOKEN", raising=False)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        code = main(["serve", "--port", str(port), "--state-dir", str(tmp_path)])
+    assert code == EXIT_ADDRESS_IN_USE == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"port {port}" in err and "in use" in err
+    assert not (tmp_path / "milvus.db").exists()
