@@ -306,6 +306,8 @@ def _add_error_handlers(app: FastAPI) -> None:
             404: f"no such route: {request.url.path[:200]}",
             405: f"method {request.method} not allowed here",
         }.get(exc.status_code, str(exc.detail))
+        if exc.status_code == 400 and "parsing the body" in message:  # the JSON decoder's own error, unsaid
+            message = "request body cannot be read as JSON (not UTF-8, nested too deep, or a number too long)"
         return _error(exc.status_code, message, dict(exc.headers or {}))
 
     @app.exception_handler(RequestValidationError)

@@ -112,12 +112,19 @@ def test_a_first_load_on_a_full_disk_fails_in_one_line_and_heals_once_space_is_f
 
 
 def test_an_ingest_on_a_full_disk_leaves_the_previous_state_usable(template, tmpfs):
-    state, kb = tmpfs / "state", tmpfs / "kb"
+    state, kb = tmpfs / "state", template[1]  # the folder the state was ingested from (its source ids)
     shutil.copytree(template[0], state)
-    shutil.copytree(template[1], kb)
     before = run_cli("lookup", QUERY, "--json", "--state-dir", str(state))
     assert before.returncode == 0, before.stderr[-3000:]
-    (kb / "redis" / "lazyfree-tuning.md").write_text(NEW_DOC, encoding="utf-8")
+    new_doc = kb / "redis" / "lazyfree-tuning.md"
+    new_doc.write_text(NEW_DOC, encoding="utf-8")
+    try:
+        _ingest_on_a_full_disk(tmpfs, state, kb)
+    finally:
+        new_doc.unlink()
+
+
+def _ingest_on_a_full_disk(tmpfs: Path, state: Path, kb: Path) -> None:
     filler = fill(tmpfs, 8_000)
 
     failed = run_cli("ingest", str(kb), "--state-dir", str(state))
