@@ -5,7 +5,7 @@ place, not atomically: a full disk (or a kill) leaves a file cut short, and from
 numpy or pyarrow (``Failed to read all data for array``, ``file seems not fully written?``) without naming the file,
 and an ingest does not repair it. Those index files are derived data (Lite rebuilds a missing one from its segment
 on the next load), so a damaged one is deleted here with a warning and Lite writes it again. A data segment
-(``*.parquet``) or a collection manifest is the data itself: a damaged one is named in a one-line
+(``*.parquet``) or a collection manifest is the data itself: a damaged or missing one is named in a one-line
 :class:`LiteDataError` with the fix (the knowledge base is re-ingested from its Markdown files).
 
 The checks read headers and footers only (a few bytes per file), except the JSON sparse indexes, which are parsed.
@@ -51,18 +51,33 @@ def check_lite_files(data_dir: Path) -> list[Path]:
             removed.append(path)
     for path in sorted(collections.glob("*/manifest.json")):
         try:
-            json.loads(path.read_bytes())
+            manifest = json.loads(path.read_bytes())
         except (ValueError, UnicodeDecodeError):
             raise LiteDataError(_damaged(path, data_dir, "not valid JSON")) from None
+        for missing in _missing_files(path.parent, manifest):
+            raise LiteDataError(_damaged(missing, data_dir, f"missing, named by {path.name}"))
     for path in sorted(collections.glob("*/partitions/*/*/*.parquet")):
         if problem := parquet_problem(path):
             raise LiteDataError(_damaged(path, data_dir, problem))
     return removed
 
 
+def _missing_files(collection: Path, manifest: object) -> list[Path]:
+    """The data and delta files ``manifest`` names that are not on disk (a manifest of another shape: none)."""
+    partitions = manifest.get("partitions") if isinstance(manifest, dict) else None
+    missing = []
+    for name, partition in (partitions or {}).items() if isinstance(partitions, dict) else ():
+        for key in ("data_files", "delta_files"):
+            for rel in partition.get(key, []) if isinstance(partition, dict) else []:
+                path = collection / "partitions" / str(name) / str(rel)
+                if not path.exists():
+                    missing.append(path)
+    return missing
+
+
 def _damaged(path: Path, data_dir: Path, problem: str) -> str:
     return (
-        f"Milvus Lite file {path} is damaged ({problem}; a full disk or a crash while it was written): the "
+        f"Milvus Lite file {path} is damaged ({problem}: lost, or cut short by a full disk or a crash): the "
         f"collection cannot be read. Fix: free the space, delete {data_dir} and run kb-retrieval ingest again"
     )
 

@@ -184,3 +184,16 @@ def test_files_are_private_under_umask_000(template, tmp_path):
     assert index_files(state)
     for path in [*index_files(state), state / "traces.db"]:  # what this process created
         assert path.stat().st_mode & 0o077 == 0, (path, oct(path.stat().st_mode))
+
+
+def test_a_missing_data_segment_or_garbage_manifest_is_named(template, tmp_path):
+    state = tmp_path / "state"
+    shutil.copytree(template[0], state)
+    [segment] = sorted(state.glob("milvus.db/collections/kb_chunks/partitions/*/data/*.parquet"))
+    segment.unlink()
+    assert_one_line_error(run_cli("stats", "--state-dir", str(state)), segment.name, "missing, named by manifest.json")
+    shutil.rmtree(state)
+    shutil.copytree(template[0], state)
+    manifest = state / "milvus.db" / "collections" / "kb_chunks" / "manifest.json"
+    manifest.write_text("{garbage", encoding="utf-8")
+    assert_one_line_error(run_cli("stats", "--state-dir", str(state)), str(manifest), "not valid JSON")
