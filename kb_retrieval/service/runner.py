@@ -32,6 +32,14 @@ class WorkerWaitError(TimeoutError):
     """No worker was free before the request's deadline (``lookup_timeout_s`` from its arrival): not run (503)."""
 
 
+class MilvusDownError(WorkerWaitError):
+    """Milvus failed the last lookup: until one probing lookup gets through, the others are not started (503)."""
+
+
+#: After a lookup found Milvus unavailable, how long the others fail fast while one lookup at a time probes it.
+FAIL_FAST_S = 5.0
+
+
 class QueryTooLongError(ValueError):
     """The query is longer than the server accepts (``max_query_chars``)."""
 
@@ -41,7 +49,8 @@ class LookupRunner:
 
     A request's deadline starts when it arrives: a lookup that waited for a worker until ``lookup_timeout_s`` had
     passed is not started (``WorkerWaitError``), so a queue behind a slow Milvus drains instead of each waiting
-    lookup then spending its own full timeout.
+    lookup then spending its own full timeout. Once a lookup found Milvus unavailable, for ``FAIL_FAST_S`` one lookup
+    at a time probes it and the others fail at once (``MilvusDownError``), until a lookup gets through.
 
     Example:
         >>> runner = LookupRunner(lookup, workers=2, max_pending=64)  # doctest: +SKIP
@@ -57,6 +66,8 @@ class LookupRunner:
         self._variants: OrderedDict[tuple[tuple[str, Any], ...], KnowledgeLookup] = OrderedDict()
         self._variants_lock = threading.Lock()
         self._max_overrides = max_overrides
+        self._down_until = 0.0  # time.monotonic() until which Milvus counts as down (0: not known down)
+        self._probe = threading.Lock()  # held by the one lookup that probes a Milvus known down
 
     @property
     def max_query_chars(self) -> int:
@@ -137,7 +148,22 @@ class LookupRunner:
                 f"no worker was free within the request's deadline ({limit:g} s, KB_LOOKUP_TIMEOUT_S): not looked "
                 "up; retry shortly"
             )
-        return self.variant(overrides).lookup(query, filters=filters)
+        # Milvus known down (the last lookup could not search it): one lookup at a time probes it, the others fail
+        # at once instead of each spending its whole deadline on a Milvus that does not answer.
+        probing = time.monotonic() < self._down_until
+        if probing and not self._probe.acquire(blocking=False):
+            raise MilvusDownError(
+                "Milvus did not answer the last lookup (knowledge_base_unavailable): not looked up while another "
+                "lookup checks whether it is back; retry shortly"
+            )
+        try:
+            result = self.variant(overrides).lookup(query, filters=filters)
+        finally:
+            if probing:
+                self._probe.release()
+        down = result.evidence_status.value == "knowledge_base_unavailable"
+        self._down_until = time.monotonic() + FAIL_FAST_S if down else 0.0
+        return result
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on the pool, admitted like a lookup (health checks and trace reads use it too)."""

@@ -217,3 +217,51 @@ def test_a_port_in_use_is_exit_3_in_one_line_before_anything_loads(tmp_path, cap
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"port {port}" in err and "in use" in err
     assert not (tmp_path / "milvus.db").exists()
+
+
+class _FakeLookup:
+    """A pipeline whose answers are scripted: ``statuses`` in order; ``gate`` holds a lookup until set."""
+
+    def __init__(self, statuses: list[str]) -> None:
+        from kb_retrieval.config import Settings
+
+        self.settings = Settings()
+        self.statuses = statuses
+        self.calls = 0
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+
+    def lookup(self, query, filters=None):
+        from types import SimpleNamespace
+
+        self.calls += 1
+        self.entered.set()
+        self.gate.wait(60)
+        return SimpleNamespace(evidence_status=SimpleNamespace(value=self.statuses.pop(0)))
+
+
+@pytest.mark.unit
+def test_once_milvus_failed_one_lookup_probes_it_and_the_others_fail_fast(monkeypatch):
+    from kb_retrieval.service import runner as runner_module
+    from kb_retrieval.service.runner import LookupRunner, MilvusDownError
+
+    monkeypatch.setattr(runner_module, "FAIL_FAST_S", 3600.0)
+    fake = _FakeLookup(["knowledge_base_unavailable", "ok", "ok"])
+    runner = LookupRunner(fake, workers=2, max_pending=8)  # type: ignore[arg-type]
+    try:
+        now = time.monotonic
+        assert runner._lookup("q", {}, None, now()).evidence_status.value == "knowledge_base_unavailable"
+        fake.gate.clear()
+        fake.entered.clear()
+        probe = runner.pool.submit(runner._lookup, "q", {}, None, now())  # the one lookup that checks Milvus
+        assert fake.entered.wait(60)
+        with pytest.raises(MilvusDownError, match="knowledge_base_unavailable"):
+            runner._lookup("q", {}, None, now())  # not started: the pipeline is not called
+        assert fake.calls == 2
+        fake.gate.set()
+        assert probe.result(60).evidence_status.value == "ok"  # Milvus is back
+        assert runner._lookup("q", {}, None, now()).evidence_status.value == "ok" and fake.calls == 3
+    finally:
+        fake.gate.set()
+        runner.close()
