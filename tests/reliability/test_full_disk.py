@@ -197,3 +197,22 @@ def test_a_missing_data_segment_or_garbage_manifest_is_named(template, tmp_path)
     manifest = state / "milvus.db" / "collections" / "kb_chunks" / "manifest.json"
     manifest.write_text("{garbage", encoding="utf-8")
     assert_one_line_error(run_cli("stats", "--state-dir", str(state)), str(manifest), "not valid JSON")
+
+
+def test_a_trace_write_on_a_full_disk_loses_that_row_only(template, tmpfs):
+    state = tmpfs / "state"
+    shutil.copytree(template[0], state)
+    first = run_cli("lookup", QUERY, "--json", "--state-dir", str(state))  # index files and traces.db written
+    assert first.returncode == 0, first.stderr[-3000:]
+    filler = fill(tmpfs, 0)
+
+    full = run_cli("lookup", QUERY, "--json", "--state-dir", str(state))
+    assert full.returncode == 0 and '"found": true' in full.stdout, full.stderr[-3000:]  # the answer is not lost
+    assert "Traceback" not in full.stderr
+
+    filler.unlink()
+    again = run_cli("lookup", QUERY, "--json", "--state-dir", str(state))
+    assert again.returncode == 0, again.stderr[-3000:]
+    traces = run_cli("traces", "--json", "--state-dir", str(state))
+    assert traces.returncode == 0, traces.stderr[-3000:]
+    assert len(traces.stdout.splitlines()) in (2, 3)  # the first and the last; the full disk's row at most
