@@ -4,9 +4,9 @@ Every command honours ``--state-dir`` / ``KB_STATE_DIR``; flags override ``KB_*`
 Heavy modules load only in the commands that need them, so ``kb-retrieval eval`` stays service-free.
 
 Exit status: 0 done; 1 nothing to do or a check failed (an ingest that found no document, ``eval --fail-under``);
-2 a user error (bad argument, input or setting, unreachable Milvus), printed as one line with secrets masked and
-never a traceback; 130 interrupted; 141 the reader of the output went away (``| head``), like a command ended by
-SIGPIPE.
+2 a user error (bad argument, input or setting, unreachable Milvus, a damaged, read-only or full state dir), printed
+as one line with secrets masked and never a traceback; 3 ``serve`` cannot listen on its address (the port is in
+use); 130 interrupted; 141 the reader of the output went away (``| head``), like a command ended by SIGPIPE.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from kb_retrieval.cli_args import (
     CliError,
     add_location_arguments,
     add_lookup_arguments,
+    describe_environment_error,
     describe_settings_error,
     mask_message,
     positive_int,
@@ -53,6 +54,8 @@ BENCH_MODULES = ("matplotlib", "llama_index.retrievers.bm25", "psutil")
 STDIN = "-"
 #: Modules of the ``serve`` extra that ``kb-retrieval serve`` needs.
 SERVE_MODULES = ("fastapi", "uvicorn", "mcp")
+#: ``serve``'s exit status when its address cannot be bound (uvicorn's own for a failed start-up, kept).
+EXIT_ADDRESS_IN_USE = 3
 #: Where ``lookup`` sends its queries when set (``--server`` overrides it), and the token it sends with them.
 SERVER_URL_ENV = "KB_SERVER_URL"
 SERVER_TOKEN_ENV = "KB_SERVER_TOKEN"
@@ -268,7 +271,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     require_extra("serve", SERVE_MODULES, "serve")
     from pydantic import ValidationError
 
-    from kb_retrieval.service.server import ServeError, run_server
+    from kb_retrieval.service.server import AddressInUseError, ServeError, run_server
     from kb_retrieval.service.settings import ServeSettings
 
     flags = {"host": args.host, "port": args.port, "token": args.token}
@@ -280,6 +283,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     register_secret(serve.token.get_secret_value())
     try:
         return run_server(settings_from_args(args), serve)
+    except AddressInUseError as exc:
+        _user_error(str(exc))
+        return EXIT_ADDRESS_IN_USE
     except ServeError as exc:
         raise CliError(str(exc)) from None
 
@@ -521,25 +527,55 @@ def _version() -> str:
 
 
 class _MaskingFormatter(logging.Formatter):
-    """Log lines (tracebacks included) with URL passwords and known secrets masked."""
+    """Log lines (tracebacks included) with URL passwords and known secrets masked. Without ``--verbose``, the
+    libraries' records (Milvus Lite, pymilvus: a failed load logs the same traceback three times) are one line
+    each: the command's own ``error:`` line says what happened and what to do."""
+
+    def __init__(self, fmt: str, *, tracebacks: bool) -> None:
+        super().__init__(fmt)
+        self.tracebacks = tracebacks
 
     def format(self, record: logging.LogRecord) -> str:
+        if not self.tracebacks and record.exc_info and not record.name.startswith("kb_retrieval"):
+            record = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None})
         return mask_message(super().format(record))
+
+
+def _first_line_only(record: logging.LogRecord) -> bool:
+    """A log filter: the record's message cut to its first line (what failed, without the traceback after it)."""
+    text = record.getMessage()
+    if "\n" in text:
+        record.msg, record.args = text.split("\n", 1)[0], ()
+    return True
 
 
 #: What the command-line process sets for itself before any model library is imported (the library never touches
 #: the environment): offline Hugging Face, and no tokenizer thread pools to fork.
 CLI_ENVIRONMENT = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+#: Bits the command-line process adds to its umask: no group or other access to anything it creates.
+PRIVATE_UMASK = 0o077
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     for name, value in CLI_ENVIRONMENT.items():
         os.environ.setdefault(name, value)
-    argv = list(sys.argv[1:] if argv is None else argv)
+    # What the commands write (the Milvus Lite files, written as late as a first load; traces; snapshots) holds the
+    # knowledge base and its queries: the owner's only, whatever umask the shell has (000 included).
+    umask = os.umask(PRIVATE_UMASK)
+    os.umask(umask | PRIVATE_UMASK)
+    try:
+        return _run(list(sys.argv[1:] if argv is None else argv))
+    finally:
+        os.umask(umask)  # called in process (tests, notebooks): the caller's umask back
+
+
+def _run(argv: list[str]) -> int:
     args = build_parser(next((a for a in argv if not a.startswith("-")), None)).parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
     for handler in logging.getLogger().handlers:
-        handler.setFormatter(_MaskingFormatter("%(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(_MaskingFormatter("%(levelname)s %(name)s: %(message)s", tracebacks=args.verbose))
+    if not args.verbose:  # pymilvus writes the traceback into the message text of its RPC errors
+        logging.getLogger("pymilvus.decorators").addFilter(_first_line_only)
     try:
         return int(args.func(args))
     except CliError as exc:
@@ -570,6 +606,8 @@ def _user_error_message(exc: Exception) -> str | None:
 
     if isinstance(exc, ValidationError) and exc.title in ("KBSettings", "Settings"):
         return describe_settings_error(exc)
+    if type(exc).__name__ == "SettingsError":  # pydantic-settings could not parse a variable (not JSON)
+        return describe_environment_error(exc)
     names = {
         "MilvusUnavailableError",
         "MilvusLiteLockedError",
@@ -577,9 +615,15 @@ def _user_error_message(exc: Exception) -> str | None:
         "EmptyQueryError",
         "GoldenCaseError",
         "FixtureError",
+        "TraceStoreError",
+        "LiteDataError",
     }
     if isinstance(exc, KnowledgeBaseError | ValidationError) or type(exc).__name__ in names:
         return str(exc)
+    if type(exc).__name__ == "MilvusException":  # Milvus refused a call (a full disk under Lite, a server error)
+        from kb_retrieval.indexing.milvus import describe_milvus_error
+
+        return describe_milvus_error(exc)
     if isinstance(exc, OSError):  # a path that cannot be created or read, a permission, a full disk
         return f"{exc.strerror or type(exc).__name__}: {exc.filename}" if exc.filename else str(exc)
     return None

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,6 +33,8 @@ SETTINGS_FLAGS: dict[str, tuple[str, str]] = {
     "collection": ("--collection", "collection"),
     "mode": ("--mode", "vector_store_mode"),
 }
+#: Settings holding a URL: its password is masked where the URL parses, and a URL that does not parse is not shown.
+_URL_FIELDS = frozenset({"milvus_uri", "trace_db_url"})
 #: Secrets of the settings built in this process, masked in every message the CLI prints.
 _SECRETS: set[str] = set()
 
@@ -120,7 +124,27 @@ def describe_settings_error(error: ValidationError, flags: dict[str, str] | None
     return mask_message("; ".join(problems))
 
 
+def describe_environment_error(error: Exception) -> str:
+    """pydantic-settings' error for a variable it could not even parse (``KB_INDEX_PARAMS='{not json'``) as one
+    line naming the variable; the value is not shown (it may be a secret).
+
+    Example:
+        >>> describe_environment_error(ValueError('error parsing value for field "index_params" from source "X"'))
+        'invalid setting KB_INDEX_PARAMS: cannot parse its value (JSON expected for a list or a mapping)'
+    """
+    found = re.search(r'field "([^"]+)"', str(error))
+    if found is None:
+        name = "a KB_* variable"
+    else:  # a field the pipeline's settings do not have is the server's (KB_SERVER_*)
+        name = ("KB_" if found.group(1) in Settings.model_fields else "KB_SERVER_") + found.group(1).upper()
+    cause = error.__cause__
+    why = f": {cause.msg} at column {cause.colno}" if isinstance(cause, json.JSONDecodeError) else ""
+    return mask_message(f"invalid setting {name}: cannot parse its value (JSON expected for a list or a mapping){why}")
+
+
 def _is_secret(field: str) -> bool:
+    if field in _URL_FIELDS:  # a password in a URL that does not parse cannot be found to be masked: never shown
+        return True
     info = Settings.model_fields.get(field)
     return info is not None and info.annotation in (SecretStr, "SecretStr")
 

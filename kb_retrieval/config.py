@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 VectorStoreMode = Literal["auto", "vectorstore", "sdk"]
@@ -553,6 +553,27 @@ class KBSettings(BaseSettings):
 
     # --- scoring ---------------------------------------------------------------------------------------
     scoring: ScoringSettings = Field(default_factory=ScoringSettings)
+
+    @field_validator("milvus_uri", "trace_db_url")
+    @classmethod
+    def _url_parses(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # Checked here, once: a URL that does not parse fails later deep in a client library, with a traceback
+        # that can quote a piece of the password (urllib reads 'user:pa#ss@host' as host 'user', port 'pa').
+        if value and "://" in value:
+            try:
+                parts = urlsplit(value)
+                parts.port  # noqa: B018 (parsing the port is the check)
+            except ValueError:  # its message can quote a piece of the password: not repeated
+                raise ValueError(
+                    "not a valid URL (its host or port does not parse); a character of the password such as "
+                    "# / ? @ [ must be percent-encoded (%23 %2F %3F %40 %5B)"
+                ) from None
+            if not parts.hostname and info.field_name == "milvus_uri":  # a database URL may name a socket instead
+                raise ValueError(
+                    "not a valid URL: no host (a # / ? in the password ends it early: percent-encode them as "
+                    "%23 %2F %3F)"
+                )
+        return value
 
     @field_validator("metric", mode="before")
     @classmethod

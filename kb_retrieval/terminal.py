@@ -68,7 +68,24 @@ def lookup_text(result: LookupResult, scoring: ScoringSettings, *, full: bool = 
         lines += ["", *_block_text(rank, block, full=full)]
     if not full and len(result.evidence_blocks) > 1:
         lines += ["", "--full prints every document's text; --json the whole result with its traces."]
-    return "\n".join(lines)
+    return "\n".join(visible(line) for line in lines)
+
+
+#: Characters a terminal acts on instead of showing: C0/C1 controls (ESC starts colour and cursor sequences, a
+#: newline in a file name would forge a line) and the bidirectional overrides that reorder what is shown.
+_TERMINAL_CONTROLS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def visible(line: str) -> str:
+    r"""``line`` with every terminal control shown as its escape, never acted on.
+
+    Example:
+        >>> visible("\x1b[31mRED\x1b[0m.md")
+        '\\x1b[31mRED\\x1b[0m.md'
+    """
+    return _TERMINAL_CONTROLS.sub(
+        lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", line
+    )
 
 
 def why(block: EvidenceBlock, limit: int = MAX_REASONS) -> str:

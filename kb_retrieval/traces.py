@@ -52,6 +52,7 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from sqlalchemy.pool import StaticPool
 
@@ -139,6 +140,25 @@ def retrieval_details(
     }
 
 
+class TraceStoreError(ValueError):
+    """The trace store's URL cannot be used (not a URL, an unknown database, its driver missing) or its database
+    cannot be read: one line naming it, the password masked."""
+
+
+def _unusable(exc: Exception) -> str:
+    """Why ``create_engine`` refused a URL, with the fix where one is known."""
+    if isinstance(exc, ModuleNotFoundError):
+        return (
+            f"its database driver is not installed (no module {exc.name!r}): install it, or name an installed one "
+            "in the URL (e.g. mysql+pymysql://, postgresql+psycopg://)"
+        )
+    if type(exc).__name__ == "NoSuchModuleError":
+        return f"no such database type ({_first_line(exc)}): use sqlite:///, postgresql+psycopg://, mysql+pymysql://"
+    if type(exc).__name__ == "ArgumentError":
+        return "not a database URL (dialect+driver://user:password@host:port/database)"
+    return f"{type(exc).__name__}: {_first_line(exc)}"
+
+
 class TraceStore:
     """Writes and reads ``tool_invocation`` rows. Thread-safe; SQLite writes are serialised.
 
@@ -191,12 +211,15 @@ class TraceStore:
         # An in-memory SQLite database lives in its connection: one connection shared by every thread (writes are
         # serialised below), not one per thread, each with a database of its own that has no table.
         in_memory = self._is_sqlite and url in ("sqlite://", "sqlite:///:memory:")
-        self.engine: Engine = create_engine(
-            url,
-            connect_args=_connect_args(url, timeout_s),
-            pool_pre_ping=not self._is_sqlite,
-            **({"poolclass": StaticPool} if in_memory else {}),
-        )
+        try:
+            self.engine: Engine = create_engine(
+                url,
+                connect_args=_connect_args(url, timeout_s),
+                pool_pre_ping=not self._is_sqlite,
+                **({"poolclass": StaticPool} if in_memory else {}),
+            )
+        except Exception as exc:  # not a URL, an unknown database, a driver not installed: a setting to fix
+            raise TraceStoreError(f"trace store {self._safe_url()} (KB_TRACE_DB_URL): {_unusable(exc)}") from None
         if self._is_sqlite:
             busy_ms = int(timeout_s * 1000)
             event.listen(self.engine, "connect", lambda conn, _record: _sqlite_pragmas(conn, busy_ms))
@@ -420,12 +443,17 @@ class TraceStore:
                 return list(session.scalars(stmt))
 
     def latest(self, limit: int) -> list[ToolInvocation]:
-        """The ``limit`` most recent rows, newest first; rows this store accepted before the call are waited for."""
+        """The ``limit`` most recent rows, newest first; rows this store accepted before the call are waited for.
+        Raises ``TraceStoreError`` (one line, the URL masked) when the database cannot be read."""
         self.flush()
-        with self._sqlite_serialised():
-            self._ensure_schema()
-            with Session(self.engine) as session:
-                return list(session.scalars(select(ToolInvocation).order_by(ToolInvocation.id.desc()).limit(limit)))
+        try:
+            with self._sqlite_serialised():
+                self._ensure_schema()
+                with Session(self.engine) as session:
+                    stmt = select(ToolInvocation).order_by(ToolInvocation.id.desc()).limit(limit)
+                    return list(session.scalars(stmt))
+        except SQLAlchemyError as exc:
+            raise TraceStoreError(f"cannot read the trace store {self._safe_url()}: {_first_line(exc)}") from None
 
     def count(self) -> int:
         """How many rows the table holds; rows this store accepted before the call are waited for (bounded)."""

@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 from pymilvus import DataType, Function, FunctionType, MilvusClient, MilvusException
 
 from kb_retrieval.config import Settings
+from kb_retrieval.indexing.lite_files import check_lite_files
 
 log = logging.getLogger(__name__)
 
@@ -137,11 +138,12 @@ def lite_locked_message(data_dir: Path, pid: int) -> str:
 
 
 class _LiteLockedFilter(logging.Filter):
-    """Drops milvus-lite's traceback for a data dir another process holds: ``connect`` raises one clear line."""
+    """Drops milvus-lite's traceback for a data dir another process holds, or one it cannot write (read-only, full
+    disk, permissions): ``connect`` raises one clear line for each."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        return type(error).__name__ != "DataDirLockedError"
+        return type(error).__name__ != "DataDirLockedError" and not isinstance(error, OSError)
 
 
 _LITE_LOCKED_FILTER = _LiteLockedFilter()
@@ -163,6 +165,7 @@ def connect(settings: Settings) -> MilvusClient:
         except Exception as exc:  # the message names the URI: its password and the token are masked
             raise MilvusUnavailableError(settings.mask(f"cannot connect to Milvus at {uri}: {exc}")) from None
     private_dirs(Path(uri))  # its files hold the knowledge base's text: the owner's only, whatever the umask
+    check_lite_files(Path(uri))  # a damaged index file removed (Lite rebuilds it), a damaged segment named
     quiet_lite_unimplemented_rpcs()
     client = _open_lite(uri, settings)
     private_files(Path(uri))
@@ -239,7 +242,50 @@ def _open_lite(uri: str, settings: Settings) -> MilvusClient:
         pid = lite_lock_holder(data_dir)
         if pid is not None:
             raise MilvusLiteLockedError(lite_locked_message(data_dir, pid)) from None
+        if (why := _unwritable(data_dir)) is not None:
+            raise MilvusUnavailableError(
+                f"cannot open Milvus Lite data dir {data_dir}: {why} (Milvus Lite writes a lock file and its index "
+                "files there: the state dir must be writable and have free space)"
+            ) from None
         raise MilvusUnavailableError(f"cannot open Milvus Lite data dir {data_dir}: {exc}") from exc
+
+
+#: How a write that ran out of space reads in Milvus Lite's errors (numpy's ``tofile``, Python's ``write``).
+_DISK_FULL = re.compile(r"\d+ requested and \d+ written|No space left on device|Disk quota exceeded", re.IGNORECASE)
+
+
+def describe_milvus_error(exc: Exception) -> str:
+    """A Milvus error as one line for a person: its message, and what to do when it is a full disk.
+
+    Example:
+        >>> describe_milvus_error(MilvusException(1, "20352 requested and 9184 written"))
+        'Milvus: 20352 requested and 9184 written (the disk ran out of space while Milvus wrote a file: free space \
+and run the command again; a file it left cut short is repaired or named at the next start)'
+    """
+    message = str(getattr(exc, "message", "") or exc).strip().splitlines()
+    line = message[0][:500] if message else type(exc).__name__
+    if _DISK_FULL.search(line):
+        line += (
+            " (the disk ran out of space while Milvus wrote a file: free space and run the command again; a file it "
+            "left cut short is repaired or named at the next start)"
+        )
+    return f"Milvus: {line}"
+
+
+def _unwritable(data_dir: Path) -> str | None:
+    """Why this process cannot write in ``data_dir`` (read-only file system, permissions, full disk), or None."""
+    probe = data_dir / f".kb-write-check-{os.getpid()}"
+    try:
+        with probe.open("wb") as handle:
+            handle.write(b"x")
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as exc:
+        return f"{exc.strerror or exc}: {exc.filename or probe}"
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+    return None
 
 
 def release_lite(settings: Settings) -> None:

@@ -14,8 +14,12 @@ must be the one before); one snapshot is kept per collection and URI (a new one 
 not load (truncated, another format, another key) is read past and replaced. Rows written to the collection without
 a kb-retrieval ingest publish no new version: as the freshness check, the snapshot does not see them.
 
-The file is a header line (format and key, JSON) and a pickle of the parts. Loading it admits only the classes those
-parts are made of (:class:`_Unpickler`): a file that names any other class is refused, not run.
+The file is a header line (format, key and the sha256 of the payload, JSON) and a pickle of the parts. A payload
+whose digest differs from its header's (bits flipped or zeroed on disk, a file cut short) is a cache miss with a
+warning: the collection is read again and the snapshot rewritten, so a damaged snapshot never answers a lookup.
+Loading admits only the classes those parts are made of (:class:`_Unpickler`): a file that names any other class is
+refused, not run. The digest checks for damage, not for tampering: anyone who can write the state dir can rewrite a
+snapshot and its digest alike (the state dir is the owner's alone).
 
 Example:
     >>> key = snapshot_key(settings, version, plan="memory", lexical_mode="milvus_bm25")  # doctest: +SKIP
@@ -25,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import logging
 import os
@@ -40,7 +45,7 @@ from kb_retrieval.config import Settings
 log = logging.getLogger(__name__)
 
 #: Changes when the file layout or the parts change shape in a way the code digest cannot see.
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2
 _MAGIC = b"kb-retrieval-snapshot"
 _SUFFIX = ".snapshot"
 
@@ -160,7 +165,10 @@ def load_snapshot(settings: Settings, key: str) -> SnapshotParts | None:
             header = json.loads(handle.readline())
             if header.get("magic") != _MAGIC.decode() or header.get("key") != key:
                 raise ValueError("its header names another format or key")
-            parts = _Unpickler(handle).load()
+            payload = handle.read()
+        if hashlib.sha256(payload).hexdigest() != header.get("sha256"):
+            raise ValueError("its payload does not match the digest in its header (damaged on disk)")
+        parts = _Unpickler(io.BytesIO(payload)).load()
     except FileNotFoundError:
         return None
     except Exception as exc:  # a damaged or foreign file is a cache miss, never an error of the lookup
@@ -174,6 +182,26 @@ def load_snapshot(settings: Settings, key: str) -> SnapshotParts | None:
     return parts
 
 
+def _header(key: str, sha256: str) -> bytes:
+    header = {"magic": _MAGIC.decode(), "format": SNAPSHOT_FORMAT, "key": key, "sha256": sha256}
+    return json.dumps(header, sort_keys=True).encode() + b"\n"
+
+
+class _HashingWriter:
+    """A binary file that hashes what passes through it (what ``pickle.dump`` writes the payload to)."""
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+        self._hash = hashlib.sha256()
+
+    def write(self, data: Any) -> int:
+        self._hash.update(data)
+        return int(self._handle.write(data))
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
+
+
 def write_snapshot(settings: Settings, key: str, parts: SnapshotParts) -> Path | None:
     """Write ``parts`` under ``key`` (a temporary file, then a rename) and remove the family's older snapshots.
     A failure (a read-only or full disk) is logged and leaves no file behind: the next process reads Milvus."""
@@ -182,11 +210,17 @@ def write_snapshot(settings: Settings, key: str, parts: SnapshotParts) -> Path |
     tmp: str | None = None
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        header = {"magic": _MAGIC.decode(), "format": SNAPSHOT_FORMAT, "key": key}
         fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=folder)
         with os.fdopen(fd, "wb") as handle:
-            handle.write(json.dumps(header, sort_keys=True).encode() + b"\n")
-            pickle.dump(parts, handle, protocol=pickle.HIGHEST_PROTOCOL)
+            # The header holds the payload's digest, known once the payload is written: a placeholder of the same
+            # length first, rewritten in place after (the payload streams to disk, never held twice in memory).
+            handle.write(_header(key, "0" * 64))
+            digest = _HashingWriter(handle)
+            pickle.dump(parts, digest, protocol=pickle.HIGHEST_PROTOCOL)
+            handle.seek(0)
+            handle.write(_header(key, digest.hexdigest()))
+            handle.flush()
+            os.fsync(handle.fileno())  # on disk before the rename: a crash leaves the old snapshot or the new one
         os.replace(tmp, path)
         tmp = None
     except Exception as exc:

@@ -41,6 +41,9 @@ ROWS_VERSION = 2
 MAX_FRONTMATTER_VALUES = 10_000
 #: Nesting of ``[...]`` / ``{...}`` in frontmatter at most (PyYAML: 0.24 s at 400 levels, 1.2 s at 1,000).
 MAX_FRONTMATTER_DEPTH = 64
+#: Headings (sections, each at least one chunk) one document may have: a runbook has tens; 10,000 headings in one
+#: file are a generated or hostile file that would flood every search with its chunks.
+MAX_SECTIONS = 1_000
 #: The frontmatter every chunk row of a document carries (title, keywords, entities, other keys) at most, as JSON.
 MAX_METADATA_BYTES = 32_768
 _CAMEL_ID = re.compile(r"\b[A-Z][a-z0-9]+(?:[A-Z][A-Za-z0-9]*)+\b")
@@ -185,6 +188,11 @@ def _load_document(path: Path, source_id: str, real_root: Path, category_from: s
     if not body.strip():
         raise _Skip("no content after the frontmatter")
     headings = _headings(body)
+    if len(headings) > MAX_SECTIONS:
+        raise _Skip(
+            f"refused: {len(headings)} headings, over the {MAX_SECTIONS} sections a document may have (each is a "
+            "chunk at least): split it into several files"
+        )
     title = _as_text(frontmatter.pop("title", None)) or _first_h1(body) or Path(source_id).stem
     category = _as_text(frontmatter.pop("category", None)) or _as_text(frontmatter.pop("domain", None))
     frontmatter.pop("domain", None)
@@ -255,7 +263,9 @@ def _safe_yaml(block: str) -> Any:
             deepest = max(deepest, depth)
         elif char in "]}":
             depth -= 1
-    if deepest > MAX_FRONTMATTER_DEPTH:  # PyYAML parses nested flow collections in quadratic time
+    if deepest > MAX_FRONTMATTER_DEPTH or _block_depth(block) > MAX_FRONTMATTER_DEPTH:
+        # Flow collections: PyYAML parses them nested in quadratic time. Block style (indentation) too: composing a
+        # node graph recurses per level, a few hundred levels deep runs out of stack.
         raise _Skip(f"broken frontmatter: collections nested deeper than {MAX_FRONTMATTER_DEPTH} levels")
     loader = yaml.SafeLoader(block)
     try:
@@ -271,6 +281,24 @@ def _safe_yaml(block: str) -> Any:
         return loader.construct_document(node)
     finally:
         loader.dispose()
+
+
+def _block_depth(block: str) -> int:
+    """How deep the collections of ``block`` nest, from PyYAML's event stream (its parser is a state machine: no
+    recursion); it stops reading at one level past the limit."""
+    depth = deepest = 0
+    try:
+        for event in yaml.parse(block, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                deepest = max(deepest, depth)
+                if deepest > MAX_FRONTMATTER_DEPTH:
+                    break
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+    except yaml.YAMLError:
+        return deepest  # not YAML: loading it says so, naming the file
+    return deepest
 
 
 def _expanded_size(node: yaml.Node, seen: dict[int, int]) -> int:

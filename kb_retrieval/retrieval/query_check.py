@@ -10,18 +10,29 @@ Example:
 
 from __future__ import annotations
 
+import re
+
 from kb_retrieval.knowledge.text import clean_text
+
+#: A surrogate code point in a Python string is a lone one (a JSON pair such as \ud83d\ude00 decodes to one
+#: character): not Unicode text, and no UTF-8 writer (a response, a trace row, a terminal) can encode it.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class EmptyQueryError(ValueError):
-    """The query is empty or only whitespace/control characters."""
+    """The query is empty or only whitespace/control characters, or not Unicode text (a lone surrogate)."""
 
 
 def normalize_query(query: object, max_query_chars: int) -> tuple[str, bool]:
     """The query as the pipeline searches it (cut to ``max_query_chars``, cleaned, on one line) and whether it was
-    cut. Raises ``EmptyQueryError`` for a query that is not a string or is empty once cleaned."""
+    cut. Raises ``EmptyQueryError`` for a query that is not a string, holds a lone surrogate or is empty once
+    cleaned."""
     if not isinstance(query, str):
         raise EmptyQueryError(f"query must be a string, got {type(query).__name__}")
+    if (bad := _LONE_SURROGATE.search(query)) is not None:
+        raise EmptyQueryError(
+            f"query is not Unicode text: a lone surrogate (U+{ord(bad.group()):04X}) at character {bad.start()}"
+        )
     truncated = len(query) > max_query_chars
     normalized = clean_text(query[:max_query_chars] if truncated else query).replace("\n", " ")
     if not normalized:

@@ -1,7 +1,8 @@
 """The ASGI app: thin routes over a :class:`~kb_retrieval.service.runner.LookupRunner`, and ``/mcp``.
 
     GET  /                  the retrieval-test page (static HTML and JS; content shown as text, never as HTML)
-    GET  /healthz           200 with the collection, chunk count and lexical mode; 503 with the reason
+    GET  /healthz           200 with the collection, chunk count and lexical mode; 503 with the reason (Milvus
+                            unreachable, or a collection with no chunk to search)
     POST /v1/lookup         {"query": ..., "filters": {...}, "settings": {...}} -> the JSON ``lookup --json`` prints
                             (``filters``: a MetadataFilters scope, what ``KnowledgeLookup.lookup`` takes;
                             ``Accept: text/plain``: the agent's text, what ``lookup`` prints without ``--json``)
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
+import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -29,13 +32,15 @@ from typing import Annotated, Any, Literal
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing.milvus import count_rows
 from kb_retrieval.output import result_json
 from kb_retrieval.result import agent_text
-from kb_retrieval.retrieval.query_check import EmptyQueryError
+from kb_retrieval.retrieval.query_check import EmptyQueryError, normalize_query
 from kb_retrieval.retrieval.scope import ScopeFilterError
 from kb_retrieval.service.alertmanager import alert_query
 from kb_retrieval.service.mcp import make_mcp_server
@@ -50,8 +55,13 @@ from kb_retrieval.service.models import (
     LookupRequest,
     TraceRows,
 )
-from kb_retrieval.service.runner import BusyError, LookupRunner, QueryTooLongError
-from kb_retrieval.service.security import AccessLogMiddleware, BearerTokenMiddleware, BodyLimitMiddleware
+from kb_retrieval.service.runner import BusyError, LookupRunner, QueryTooLongError, WorkerWaitError
+from kb_retrieval.service.security import (
+    AccessLogMiddleware,
+    BearerTokenMiddleware,
+    BodyLimitMiddleware,
+    HostCheckMiddleware,
+)
 from kb_retrieval.service.settings import ServeSettings
 from kb_retrieval.terminal import lookup_text
 from kb_retrieval.traces import row_dict
@@ -93,7 +103,9 @@ def create_app(lookup: KnowledgeLookup, serve: ServeSettings | None = None) -> F
         streamable_http_path="/mcp",
         stateless_http=True,  # every call stands alone: no session to keep, any client reconnects freely
         json_response=True,
-        host=serve.host,  # loopback: the SDK's DNS-rebinding protection checks Host and Origin
+        # Host and Origin are checked for every route by HostCheckMiddleware (any loopback address, the allow-list);
+        # the SDK's own check knows 127.0.0.1 only and would refuse a proxy's allowed name.
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         max_request_body_size=serve.max_body_bytes,
     )
 
@@ -115,8 +127,9 @@ def create_app(lookup: KnowledgeLookup, serve: ServeSettings | None = None) -> F
     app.state.lookup = lookup
     app.router.routes.extend(mcp_app.routes)
     # Outermost last: the access log sees every request, refused ones included.
-    app.add_middleware(BodyLimitMiddleware, max_bytes=serve.max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=serve.max_body_bytes, timeout_s=serve.body_timeout_s)
     app.add_middleware(BearerTokenMiddleware, token=serve.token.get_secret_value())
+    app.add_middleware(HostCheckMiddleware, enforced=serve.checks_host(), allowed=serve.allowed_host_names())
     app.add_middleware(AccessLogMiddleware, stored_query=lookup.traces.stored_query)
     _add_error_handlers(app)
 
@@ -146,6 +159,13 @@ def create_app(lookup: KnowledgeLookup, serve: ServeSettings | None = None) -> F
         except Exception as exc:
             reason = "no answer within 5 s" if isinstance(exc, TimeoutError) else _one_line(exc)
             body = Health(status="unavailable", reason=settings.mask(f"Milvus: {reason}"), **base)
+            return JSONResponse(body.model_dump(), status_code=503)
+        if not chunks:  # nothing to search (never ingested, or its data lost): every lookup would find nothing
+            reason = (
+                f"the collection {settings.collection} holds no chunks (lost or never ingested): run kb-retrieval "
+                "ingest"
+            )
+            body = Health(status="unavailable", reason=reason, chunks=0, **base)
             return JSONResponse(body.model_dump(), status_code=503)
         return JSONResponse(Health(status="ok", chunks=chunks, **base).model_dump())
 
@@ -177,33 +197,58 @@ def create_app(lookup: KnowledgeLookup, serve: ServeSettings | None = None) -> F
 
     @app.post("/v1/alertmanager", response_model=AlertmanagerResponse, responses=ERRORS)
     async def alertmanager(payload: AlertmanagerPayload, runner: Runner) -> AlertmanagerResponse:
-        """An Alertmanager webhook (version 4): a lookup per firing alert, resolved ones skipped, in payload order."""
+        """An Alertmanager webhook (version 4): a lookup per firing alert, resolved ones skipped, in payload order.
+
+        The whole batch is admitted before any lookup starts (503: nothing ran); an alert that cannot be looked up
+        (text that is not Unicode, no worker before its deadline, a failed lookup) gets its own ``error`` entry
+        while the others answer."""
+        arrived = time.monotonic()
         if len(payload.alerts) > serve.max_alerts:
             raise _TooManyAlertsError(
                 f"{len(payload.alerts)} alerts; at most {serve.max_alerts} (KB_SERVER_MAX_ALERTS)"
             )
         results = []
-        pending = []
+        pending: list[tuple[AlertResult, str]] = []
         for alert in payload.alerts:
             entry = AlertResult(
-                alertname=alert.labels.get("alertname", ""), fingerprint=alert.fingerprint, status=alert.status
+                alertname=_printable(alert.labels.get("alertname", "")),
+                fingerprint=_printable(alert.fingerprint),
+                status=_printable(alert.status),
             )
             if alert.status == "resolved":
                 entry.skipped = "resolved: no lookup for an alert that has ended"
             elif not (query := alert_query(alert.labels, alert.annotations)):
                 entry.skipped = "nothing to search: no alertname, summary, description or label worth searching"
             else:
-                entry.query = query
-                pending.append((entry, runner.lookup(query)))
+                try:
+                    normalize_query(query, len(query) + 1)
+                except EmptyQueryError as exc:
+                    entry.error = str(exc)
+                else:
+                    entry.query = query
+                    pending.append((entry, query))
             results.append(entry)
-        done = await asyncio.gather(*(job for _, job in pending))
-        for (entry, _), result in zip(pending, done, strict=True):
-            entry.result = result.to_json_dict()
+        with runner.admitted(len(pending)):
+            done = await asyncio.gather(
+                *(runner.lookup(query, arrived=arrived, admitted=True) for _, query in pending),
+                return_exceptions=True,
+            )
+        for (entry, _), outcome in zip(pending, done, strict=True):
+            if isinstance(outcome, BaseException):
+                if not isinstance(outcome, Exception):
+                    raise outcome
+                if not isinstance(outcome, WorkerWaitError | EmptyQueryError):
+                    log.error("alert lookup failed: %s", _one_line(outcome), exc_info=outcome)
+                entry.error = _one_line(outcome) if not isinstance(outcome, WorkerWaitError) else str(outcome)
+            else:
+                entry.result = outcome.to_json_dict()
+        failed = sum(1 for entry in results if entry.error)
         return AlertmanagerResponse(
-            receiver=payload.receiver,
+            receiver=_printable(payload.receiver),
             alerts=len(results),
-            looked_up=len(pending),
-            skipped=len(results) - len(pending),
+            looked_up=len(pending) - sum(1 for entry, _ in pending if entry.error),
+            skipped=sum(1 for entry in results if entry.skipped),
+            failed=failed,
             results=results,
         )
 
@@ -220,6 +265,11 @@ def create_app(lookup: KnowledgeLookup, serve: ServeSettings | None = None) -> F
 
 class _TooManyAlertsError(ValueError):
     pass
+
+
+def _printable(text: str) -> str:
+    """``text`` with any lone surrogate replaced (U+FFFD), so the response can be written as UTF-8."""
+    return re.sub("[\ud800-\udfff]", "\ufffd", text)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -249,6 +299,17 @@ def describe_validation(errors: list[Any]) -> str:
 
 
 def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # The framework's own 4xx (no such route, method not allowed, a body it cannot parse) in the one error shape.
+        message = {
+            404: f"no such route: {request.url.path[:200]}",
+            405: f"method {request.method} not allowed here",
+        }.get(exc.status_code, str(exc.detail))
+        if exc.status_code == 400 and "parsing the body" in message:  # the JSON decoder's own error, unsaid
+            message = "request body cannot be read as JSON (not UTF-8, nested too deep, or a number too long)"
+        return _error(exc.status_code, message, dict(exc.headers or {}))
+
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
         return _error(422, "invalid request: " + describe_validation(list(exc.errors())))
@@ -275,6 +336,10 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(BusyError)
     async def busy(_: Request, exc: BusyError) -> JSONResponse:
+        return _error(503, str(exc), {"retry-after": "1"})
+
+    @app.exception_handler(WorkerWaitError)
+    async def no_worker(_: Request, exc: WorkerWaitError) -> JSONResponse:
         return _error(503, str(exc), {"retry-after": "1"})
 
     @app.exception_handler(Exception)

@@ -25,7 +25,7 @@ from kb_retrieval import __version__
 from kb_retrieval.models import LookupResult
 from kb_retrieval.result import agent_text
 from kb_retrieval.retrieval.query_check import EmptyQueryError
-from kb_retrieval.service.runner import BusyError, LookupRunner
+from kb_retrieval.service.runner import BusyError, LookupRunner, WorkerWaitError
 from kb_retrieval.tool import QUERY_DESCRIPTION, TOOL_DESCRIPTION, TOOL_NAME
 
 log = logging.getLogger(__name__)
@@ -50,9 +50,7 @@ def make_mcp_server(runner: LookupRunner) -> MCPServer:
         """Look up the knowledge base for a question or an alert text."""
         try:
             result = await runner.lookup(query)
-        except EmptyQueryError as exc:
-            return _error(str(exc))
-        except BusyError as exc:
+        except (EmptyQueryError, BusyError, WorkerWaitError) as exc:
             return _error(str(exc))
         except Exception as exc:  # the agent gets a message, never a stack trace (the log has it)
             log.exception("lookup_knowledge over MCP failed")

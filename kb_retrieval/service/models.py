@@ -181,6 +181,11 @@ class AlertResult(BaseModel):
     status: str
     query: str | None = None
     skipped: str | None = Field(default=None, description="Why no lookup ran (a resolved alert, nothing to search).")
+    error: str | None = Field(
+        default=None,
+        description="Why this alert has no result while the others have theirs (text that is not Unicode, no "
+        "worker free before the deadline, a failed lookup): one line.",
+    )
     result: dict[str, Any] | None = Field(default=None, description="The lookup's result, as /v1/lookup answers it.")
 
 
@@ -189,6 +194,7 @@ class AlertmanagerResponse(BaseModel):
     alerts: int
     looked_up: int
     skipped: int
+    failed: int = Field(default=0, description="Alerts with an error entry instead of a result.")
     results: list[AlertResult]
 
 

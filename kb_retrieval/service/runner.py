@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from llama_index.core.vector_stores.types import MetadataFilters
@@ -23,7 +25,19 @@ T = TypeVar("T")
 
 
 class BusyError(RuntimeError):
-    """Every admission slot is taken: the client should retry shortly (HTTP 503)."""
+    """Every admission slot is taken: the client should retry shortly (HTTP 503). Nothing of the request ran."""
+
+
+class WorkerWaitError(TimeoutError):
+    """No worker was free before the request's deadline (``lookup_timeout_s`` from its arrival): not run (503)."""
+
+
+class MilvusDownError(WorkerWaitError):
+    """Milvus failed the last lookup: until one probing lookup gets through, the others are not started (503)."""
+
+
+#: After a lookup found Milvus unavailable, how long the others fail fast while one lookup at a time probes it.
+FAIL_FAST_S = 5.0
 
 
 class QueryTooLongError(ValueError):
@@ -33,6 +47,11 @@ class QueryTooLongError(ValueError):
 class LookupRunner:
     """Runs ``KnowledgeLookup.lookup`` on a pool of ``workers`` threads; ``max_pending`` admitted at once.
 
+    A request's deadline starts when it arrives: a lookup that waited for a worker until ``lookup_timeout_s`` had
+    passed is not started (``WorkerWaitError``), so a queue behind a slow Milvus drains instead of each waiting
+    lookup then spending its own full timeout. Once a lookup found Milvus unavailable, for ``FAIL_FAST_S`` one lookup
+    at a time probes it and the others fail at once (``MilvusDownError``), until a lookup gets through.
+
     Example:
         >>> runner = LookupRunner(lookup, workers=2, max_pending=64)  # doctest: +SKIP
         >>> result = await runner.lookup("etcd has no leader", {"max_evidence_blocks": 3})  # doctest: +SKIP
@@ -41,10 +60,14 @@ class LookupRunner:
     def __init__(self, lookup: KnowledgeLookup, *, workers: int, max_pending: int, max_overrides: int = 32) -> None:
         self.base = lookup
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kb-lookup")
-        self._admitted = threading.BoundedSemaphore(max_pending)
+        self.max_pending = max_pending
+        self._pending = 0
+        self._pending_lock = threading.Lock()
         self._variants: OrderedDict[tuple[tuple[str, Any], ...], KnowledgeLookup] = OrderedDict()
         self._variants_lock = threading.Lock()
         self._max_overrides = max_overrides
+        self._down_until = 0.0  # time.monotonic() until which Milvus counts as down (0: not known down)
+        self._probe = threading.Lock()  # held by the one lookup that probes a Milvus known down
 
     @property
     def max_query_chars(self) -> int:
@@ -75,25 +98,80 @@ class LookupRunner:
                 self._variants.popitem(last=False)
         return made
 
+    @contextmanager
+    def admitted(self, count: int = 1) -> Iterator[None]:
+        """Admit ``count`` lookups at once, or none (``BusyError``): a batch (an Alertmanager payload) starts only
+        when all of it may run, so a 503 means nothing ran and a retry duplicates no work."""
+        with self._pending_lock:
+            if self._pending + count > self.max_pending:
+                raise BusyError(
+                    "the server is busy: every lookup slot is taken (KB_SERVER_MAX_PENDING); nothing was run, "
+                    "retry shortly"
+                    if count == 1
+                    else f"the server is busy: {count} lookups do not fit in the free slots (KB_SERVER_MAX_PENDING "
+                    f"{self.max_pending}); nothing was run, retry shortly"
+                )
+            self._pending += count
+        try:
+            yield
+        finally:
+            with self._pending_lock:
+                self._pending -= count
+
     async def lookup(
-        self, query: str, overrides: dict[str, Any] | None = None, *, filters: MetadataFilters | None = None
+        self,
+        query: str,
+        overrides: dict[str, Any] | None = None,
+        *,
+        filters: MetadataFilters | None = None,
+        arrived: float | None = None,
+        admitted: bool = False,
     ) -> LookupResult:
         """One lookup on the pool (the overridden pipeline assembled there too), scoped by ``filters``. Raises
-        ``BusyError`` when ``max_pending`` lookups are already admitted, a ``ValidationError`` for an override no
-        setting accepts, a ``ScopeFilterError`` for a filter the collection cannot answer (an unknown key)."""
-        return await self.call(self._lookup, query, overrides or {}, filters)
+        ``BusyError`` when ``max_pending`` lookups are already admitted (unless the caller ``admitted`` it), a
+        ``WorkerWaitError`` when no worker was free within ``lookup_timeout_s`` of ``arrived`` (``time.monotonic``,
+        default now), a ``ValidationError`` for an override no setting accepts, a ``ScopeFilterError`` for a
+        filter the collection cannot answer (an unknown key)."""
+        arrived = time.monotonic() if arrived is None else arrived
+        args = (query, overrides or {}, filters, arrived)
+        if admitted:
+            return await self._on_pool(self._lookup, *args)
+        return await self.call(self._lookup, *args)
 
-    def _lookup(self, query: str, overrides: dict[str, Any], filters: MetadataFilters | None) -> LookupResult:
-        return self.variant(overrides).lookup(query, filters=filters)
+    def _lookup(
+        self, query: str, overrides: dict[str, Any], filters: MetadataFilters | None, arrived: float
+    ) -> LookupResult:
+        limit = self.base.settings.lookup_timeout_s
+        waited = time.monotonic() - arrived
+        if waited >= limit:
+            raise WorkerWaitError(
+                f"no worker was free within the request's deadline ({limit:g} s, KB_LOOKUP_TIMEOUT_S): not looked "
+                "up; retry shortly"
+            )
+        # Milvus known down (the last lookup could not search it): one lookup at a time probes it, the others fail
+        # at once instead of each spending its whole deadline on a Milvus that does not answer.
+        probing = time.monotonic() < self._down_until
+        if probing and not self._probe.acquire(blocking=False):
+            raise MilvusDownError(
+                "Milvus did not answer the last lookup (knowledge_base_unavailable): not looked up while another "
+                "lookup checks whether it is back; retry shortly"
+            )
+        try:
+            result = self.variant(overrides).lookup(query, filters=filters)
+        finally:
+            if probing:
+                self._probe.release()
+        down = result.evidence_status.value == "knowledge_base_unavailable"
+        self._down_until = time.monotonic() + FAIL_FAST_S if down else 0.0
+        return result
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on the pool, admitted like a lookup (health checks and trace reads use it too)."""
-        if not self._admitted.acquire(blocking=False):
-            raise BusyError("the server is busy: every lookup slot is taken (KB_SERVER_MAX_PENDING); retry shortly")
-        try:
-            return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
-        finally:
-            self._admitted.release()
+        with self.admitted():
+            return await self._on_pool(fn, *args)
+
+    async def _on_pool(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
     def close(self) -> None:
         """Wait for the lookups already running or queued, then stop the threads (their trace rows are accepted)."""

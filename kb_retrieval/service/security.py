@@ -1,18 +1,23 @@
-"""What every request passes through: the bearer token, the request size limit and the structured access log.
+"""What every request passes through: the Host / Origin check, the bearer token, the request size limit and
+the structured access log.
 
 Plain ASGI middleware, so they guard the MCP endpoint (mounted from the SDK) exactly as they guard the routes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from kb_retrieval.service.settings import is_loopback, split_host
 
 access_log = logging.getLogger("kb_retrieval.access")
 #: Paths anyone may read without the token: the page (static, it holds no knowledge-base content) and health.
@@ -30,6 +35,58 @@ async def _send_error(send: Send, status: int, message: str, headers: list[tuple
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+class HostCheckMiddleware:
+    """DNS rebinding: a page of another site whose name resolves to 127.0.0.1 reaches a loopback server from the
+    visitor's browser, but its requests say ``Host: evil.example`` (and ``Origin: http://evil.example``). With
+    ``enforced``, every request (the page, ``/healthz``, the API and ``/mcp`` alike) must name a loopback host
+    (127.0.0.0/8, ::1, localhost) or one of ``allowed`` in ``Host``, and in ``Origin`` when it sends one; else 421
+    (Host) or 403 (Origin). Clients that are not browsers send no Origin."""
+
+    def __init__(self, app: ASGIApp, *, enforced: bool, allowed: frozenset[str]) -> None:
+        self.app = app
+        self.enforced = enforced
+        self.allowed = allowed
+
+    def allows(self, name: str | None) -> bool:
+        return bool(name) and (name in self.allowed or is_loopback(name or ""))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket") or not self.enforced:
+            await self.app(scope, receive, send)
+            return
+        host = origin = None
+        for name, value in scope.get("headers", []):
+            if name == b"host":
+                host = value.decode("latin-1")
+            elif name == b"origin":
+                origin = value.decode("latin-1")
+        if host is None or not self.allows(split_host(host)[0]):
+            await _send_error(
+                send,
+                421,
+                "the Host header names another server (a loopback name, or one of KB_SERVER_ALLOWED_HOSTS, is "
+                "required: DNS rebinding protection)",
+            )
+            return
+        if origin is not None and not self.allows(_origin_host(origin)):
+            await _send_error(
+                send,
+                403,
+                "the Origin header names another site (a loopback one, or one of KB_SERVER_ALLOWED_HOSTS, is "
+                "required: DNS rebinding protection)",
+            )
+            return
+        await self.app(scope, receive, send)
+
+
+def _origin_host(origin: str) -> str | None:
+    """The host of an ``Origin`` header (``None`` for ``null`` or anything unreadable)."""
+    try:
+        return urlsplit(origin.strip()).hostname
+    except ValueError:
+        return None
 
 
 class BearerTokenMiddleware:
@@ -60,48 +117,57 @@ class BearerTokenMiddleware:
         await self.app(scope, receive, send)
 
 
-class BodyTooLargeError(Exception):
-    pass
-
-
 class BodyLimitMiddleware:
-    """Refuses a body over ``max_bytes`` with 413: at once by its ``Content-Length``, else while it streams in."""
+    """Reads the whole body before the app sees the request: over ``max_bytes`` is 413 (at once by its
+    ``Content-Length``, else as soon as a chunked body passes it), not all received within ``timeout_s`` is 408. A
+    client sending one byte now and then holds neither a worker nor the server's shutdown, and no route starts on a
+    body it cannot finish reading."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, timeout_s: float = 10.0) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        too_large = f"request body over {self.max_bytes} bytes (KB_SERVER_MAX_BODY_BYTES)"
         for name, value in scope.get("headers", []):
             if name == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
-                await _send_error(send, 413, f"request body over {self.max_bytes} bytes (KB_SERVER_MAX_BODY_BYTES)")
+                await _send_error(send, 413, too_large)
                 return
-        received = 0
-        started = False
+        body = bytearray()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout_s
+        while True:
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                message = {"type": "timeout"}
+            if message["type"] == "timeout":
+                await _send_error(
+                    send, 408, f"request body not received within {self.timeout_s:g} s (KB_SERVER_BODY_TIMEOUT_S)"
+                )
+                return
+            if message["type"] != "http.request":  # the client went away: nothing to answer
+                return
+            body += message.get("body", b"")
+            if len(body) > self.max_bytes:
+                await _send_error(send, 413, too_large)
+                return
+            if not message.get("more_body", False):
+                break
+        replayed = False
 
-        async def limited_receive() -> Message:
-            nonlocal received
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_bytes:
-                    raise BodyTooLargeError
-            return message
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": bytes(body), "more_body": False}
+            return await receive()  # after the body: the wait for a disconnect, as the app would have made it
 
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except BodyTooLargeError:
-            if not started:
-                await _send_error(send, 413, f"request body over {self.max_bytes} bytes (KB_SERVER_MAX_BODY_BYTES)")
+        await self.app(scope, replay, send)
 
 
 class AccessLogMiddleware:

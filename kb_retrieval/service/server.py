@@ -1,8 +1,9 @@
 """``kb-retrieval serve``: build the lookup once, serve it with uvicorn, and drain the traces on the way out.
 
-SIGTERM or Ctrl-C: uvicorn stops accepting connections and waits for the requests in flight; the app's lifespan
-then waits for the lookups on the pool; last, closing the lookup writes every trace row it accepted (the trace
-store's drain). A request answered is a row recorded.
+SIGTERM or Ctrl-C: uvicorn stops accepting connections and waits for the requests in flight, at most
+``KB_SERVER_GRACEFUL_SHUTDOWN_S`` (a slow client cannot hold the process: its body must arrive within
+``KB_SERVER_BODY_TIMEOUT_S``); the app's lifespan then waits for the lookups on the pool; last, closing the lookup
+writes every trace row it accepted (the trace store's drain). A request answered is a row recorded.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import gc
 import logging
 import signal
+import socket
 import sys
 from types import FrameType
 from typing import Any
@@ -33,9 +35,32 @@ def check_binding(serve: ServeSettings) -> None:
         )
 
 
+class AddressInUseError(ServeError):
+    """The address and port cannot be bound (another server holds the port, or the address is not this machine's):
+    exit status 3, said before anything is loaded."""
+
+
+def check_address(serve: ServeSettings) -> None:
+    """Bind the address once, as uvicorn will (``SO_REUSEADDR``), before the pipeline is loaded for nothing."""
+    if serve.port == 0:
+        return
+    family = socket.AF_INET6 if ":" in serve.host.strip("[]") else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((serve.host.strip("[]"), serve.port))
+        except OSError as exc:
+            raise AddressInUseError(
+                f"cannot listen on {serve.host} port {serve.port}: {exc.strerror or exc} (another server on that "
+                "port? choose another with --port / KB_SERVER_PORT, or stop it)"
+            ) from None
+
+
 def run_server(settings: KBSettings, serve: ServeSettings) -> int:
-    """Serve until SIGTERM / SIGINT; 0 on a clean stop."""
+    """Serve until SIGTERM / SIGINT; 0 on a clean stop. Raises ``ServeError`` for a setting it refuses and
+    ``AddressInUseError`` for an address it cannot bind, both before anything is loaded."""
     check_binding(serve)
+    check_address(serve)
     from kb_retrieval.engine import KnowledgeLookup
     from kb_retrieval.service.app import create_app
     from kb_retrieval.traces import TraceStore
@@ -59,7 +84,9 @@ def run_server(settings: KBSettings, serve: ServeSettings) -> int:
             log_config=None,
             log_level="warning",
             lifespan="on",
-            timeout_graceful_shutdown=None,  # wait for every request in flight: each one's row is accepted
+            # SIGTERM: the requests in flight get this long, then their connections close (a lookup already
+            # running on the pool still ends and its row is written: the lifespan waits for the pool).
+            timeout_graceful_shutdown=serve.graceful_shutdown_s,
         )
         server = uvicorn.Server(config)
         _announce(server, serve, settings)

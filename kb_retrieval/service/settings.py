@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 #: Host names that mean this machine only (an address is checked with ``ipaddress``).
@@ -39,6 +39,62 @@ class ServeSettings(BaseSettings):
     access_log: bool = Field(
         default=True, description="One JSON line per request on stderr (logger kb_retrieval.access)."
     )
+    allowed_hosts: str = Field(
+        default="",
+        description="Host names (comma-separated) a request's Host and Origin may name besides loopback ones: the "
+        "names a reverse proxy forwards (kb.example.org). Set, it is checked on every bind; unset, a loopback bind "
+        "answers loopback names only (DNS rebinding) and another bind relies on the token.",
+    )
+    graceful_shutdown_s: int = Field(
+        default=10,
+        ge=1,
+        description="On SIGTERM, seconds the requests in flight get to finish before their connections are closed "
+        "(the trace rows of the lookups answered are written either way).",
+    )
+    body_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds a client may take to send a request body (408 past it): a slow sender holds no slot.",
+    )
+
+    @field_validator("token")
+    @classmethod
+    def _not_blank(cls, value: SecretStr) -> SecretStr:
+        secret = value.get_secret_value()
+        if secret and not secret.strip():
+            raise ValueError("is only whitespace: no secret at all (leave it unset, or set a real token)")
+        if secret != secret.strip():
+            raise ValueError("starts or ends with whitespace (a client's 'Authorization: Bearer' would never match)")
+        return value
+
+    def allowed_host_names(self) -> frozenset[str]:
+        """``allowed_hosts`` as lower-case names (ports and blanks dropped), with the bound address when it is one
+        address (a client of ``--host 10.0.0.5`` says ``Host: 10.0.0.5``)."""
+        names = {split_host(part.strip())[0] for part in self.allowed_hosts.split(",")}
+        if self.checks_host() and self.host.strip("[]") not in ("0.0.0.0", "::"):
+            names.add(self.host.strip().strip("[]").lower())
+        return frozenset(name for name in names if name)
+
+    def checks_host(self) -> bool:
+        """Whether Host and Origin are checked: on a loopback bind always, on another one when names are allowed."""
+        return is_loopback(self.host) or bool(self.allowed_hosts.strip(", "))
+
+
+def split_host(value: str) -> tuple[str, str]:
+    """A Host header (or ``host[:port]``) as ``(lower-case name, port)``; IPv6 without its brackets.
+
+    Example:
+        >>> split_host("[::1]:8765"), split_host("Kb.Example.org"), split_host("127.0.0.2:80")
+        (('::1', '8765'), ('kb.example.org', ''), ('127.0.0.2', '80'))
+    """
+    value = value.strip().lower()
+    if value.startswith("["):
+        name, _, rest = value[1:].partition("]")
+        return name, rest.removeprefix(":")
+    if value.count(":") == 1:
+        name, _, port = value.partition(":")
+        return name, port
+    return value, ""
 
 
 def is_loopback(host: str) -> bool:

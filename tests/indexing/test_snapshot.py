@@ -3,6 +3,8 @@ answers; a new index version, a damaged or foreign file, or an ingest during the
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import pickle
 import shutil
@@ -123,6 +125,43 @@ def test_a_damaged_snapshot_is_read_past_and_replaced(kb_state, caplog):
     assert KnowledgeLookup(settings).state_source == "snapshot"
 
 
+def _flip_signs(payload: bytearray) -> None:
+    """The sign bit of every float32 in the payload's second half (little-endian: the high bit of each 4th byte)."""
+    for i in range(len(payload) // 2 + 3, len(payload), 4):
+        payload[i] ^= 0x80
+
+
+def _zero_80k(payload: bytearray) -> None:
+    start = len(payload) // 3
+    payload[start : start + 80_000] = bytes(len(payload[start : start + 80_000]))
+
+
+@pytest.mark.parametrize("damage", [_flip_signs, _zero_80k], ids=["signs-flipped", "80kb-zeroed"])
+def test_a_snapshot_whose_payload_changed_on_disk_is_a_miss_with_a_warning_and_rebuilt(kb_state, damage, caplog):
+    settings, _ = kb_state
+    first = KnowledgeLookup(settings)
+    expected = _answers(first)
+    first.close()
+    [path] = snapshot_dir(settings).glob("*.snapshot")
+    header, payload = path.read_bytes().split(b"\n", 1)
+    damaged = bytearray(payload)
+    damage(damaged)
+    assert damaged != payload
+    path.write_bytes(header + b"\n" + bytes(damaged))  # the header as written: only the payload changed
+
+    with caplog.at_level(logging.WARNING, logger="kb_retrieval.indexing.snapshot"):
+        lookup = KnowledgeLookup(settings)
+    assert lookup.state_source == "milvus"
+    assert "does not match the digest" in caplog.text and path.name in caplog.text
+    assert _answers(lookup) == expected
+    lookup.close()
+    rewritten = path.read_bytes().split(b"\n", 1)[1]  # from the collection, with its own digest
+    assert rewritten != bytes(damaged)
+    again = KnowledgeLookup(settings)
+    assert again.state_source == "snapshot"
+    again.close()
+
+
 class _Planted:
     """A pickle that would create a file when loaded (what a tampered snapshot could do)."""
 
@@ -137,9 +176,11 @@ def test_a_snapshot_naming_another_class_is_refused_not_run(kb_state, tmp_path, 
     settings, _ = kb_state
     KnowledgeLookup(settings).close()
     [path] = snapshot_dir(settings).glob("*.snapshot")
-    header = path.read_bytes().split(b"\n", 1)[0]  # the right format and key: only the payload is foreign
+    header = json.loads(path.read_bytes().split(b"\n", 1)[0])  # the right format and key: the payload is foreign
     marker = tmp_path / "ran"
-    path.write_bytes(header + b"\n" + pickle.dumps(_Planted(marker)))
+    payload = pickle.dumps(_Planted(marker))
+    header["sha256"] = hashlib.sha256(payload).hexdigest()  # and its digest rewritten to match, as a tamperer would
+    path.write_bytes(json.dumps(header).encode() + b"\n" + payload)
 
     with caplog.at_level(logging.WARNING, logger="kb_retrieval.indexing.snapshot"):
         lookup = KnowledgeLookup(settings)

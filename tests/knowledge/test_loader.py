@@ -201,8 +201,25 @@ def test_hidden_and_non_markdown_files_ignored(tmp_path: Path) -> None:
         (b"---\ntitle: x\n# Body that never closes the frontmatter\n", ["frontmatter", "never closed"]),
         (b"---\n- a\n- b\n---\n# Body\n", ["frontmatter", "mapping", "list"]),
         (b"---\ntitle: only frontmatter\n---\n\n", ["no content"]),
+        # Block style (indentation), 300 levels: the same 64-level limit as flow style (issue 40 item 7).
+        (
+            ("---\n" + "".join(f"{'  ' * i}k{i}:\n" for i in range(300)) + f"{'  ' * 300}v\n---\n# Body\n").encode(),
+            ["nested deeper than 64"],
+        ),
+        (("# T\n" + "".join(f"## Heading {i}\ntext\n" for i in range(1_200))).encode(), ["1201 headings", "split"]),
     ],
-    ids=["binary", "latin-1", "empty", "whitespace", "broken-yaml", "unclosed", "list-frontmatter", "no-body"],
+    ids=[
+        "binary",
+        "latin-1",
+        "empty",
+        "whitespace",
+        "broken-yaml",
+        "unclosed",
+        "list-frontmatter",
+        "no-body",
+        "deep-block-yaml",
+        "too-many-headings",
+    ],
 )
 def test_bad_file_skipped_with_reason_rest_loads(tmp_path: Path, content: bytes, words_in_reason: list[str]) -> None:
     write(tmp_path, "a/good.md", GOOD)

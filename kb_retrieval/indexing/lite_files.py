@@ -1,0 +1,137 @@
+"""Milvus Lite's files checked before they are opened: what can be rebuilt is removed, what cannot is named.
+
+Milvus Lite writes an index file beside each data segment the first time a collection is loaded, and it writes it in
+place, not atomically: a full disk (or a kill) leaves a file cut short, and from then on every load fails deep in
+numpy or pyarrow (``Failed to read all data for array``, ``file seems not fully written?``) without naming the file,
+and an ingest does not repair it. Those index files are derived data (Lite rebuilds a missing one from its segment
+on the next load), so a damaged one is deleted here with a warning and Lite writes it again. A data segment
+(``*.parquet``) or a collection manifest is the data itself: a damaged or missing one is named in a one-line
+:class:`LiteDataError` with the fix (the knowledge base is re-ingested from its Markdown files).
+
+The checks read headers and footers only (a few bytes per file), except the JSON sparse indexes, which are parsed.
+
+Example:
+    >>> check_lite_files(Path(".kb-state/milvus.db"))  # doctest: +SKIP
+    []
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import struct
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+#: What Lite writes per segment: ``<data stem>.<field>.<index type>.idx`` (vector) or ``.sidx`` (scalar).
+INDEX_SUFFIXES = (".idx", ".sidx")
+_NPY_MAGIC = b"\x93NUMPY"
+_ARROW_MAGIC = b"ARROW1"
+_PARQUET_MAGIC = b"PAR1"
+
+
+class LiteDataError(RuntimeError):
+    """A Milvus Lite data file or manifest is damaged: the data cannot be read back (one line, with the fix)."""
+
+
+def check_lite_files(data_dir: Path) -> list[Path]:
+    """Check the Lite data dir ``data_dir`` before it is opened: damaged index files are deleted (Lite rebuilds them
+    on the next load; each logged as a warning) and returned; a damaged data segment or manifest raises
+    :class:`LiteDataError` naming it. Nothing to check in a data dir that does not exist yet."""
+    collections = data_dir / "collections"
+    if not collections.is_dir():
+        return []
+    removed = []
+    for path in sorted(collections.glob("*/partitions/*/indexes/*")):
+        if path.suffix in INDEX_SUFFIXES and path.is_file() and (problem := index_file_problem(path)):
+            path.unlink(missing_ok=True)
+            log.warning("Milvus Lite index file %s is damaged (%s): removed, Milvus Lite rebuilds it", path, problem)
+            removed.append(path)
+    for path in sorted(collections.glob("*/manifest.json")):
+        try:
+            manifest = json.loads(path.read_bytes())
+        except (ValueError, UnicodeDecodeError):
+            raise LiteDataError(_damaged(path, data_dir, "not valid JSON")) from None
+        for missing in _missing_files(path.parent, manifest):
+            raise LiteDataError(_damaged(missing, data_dir, f"missing, named by {path.name}"))
+    for path in sorted(collections.glob("*/partitions/*/*/*.parquet")):
+        if problem := parquet_problem(path):
+            raise LiteDataError(_damaged(path, data_dir, problem))
+    return removed
+
+
+def _missing_files(collection: Path, manifest: object) -> list[Path]:
+    """The data and delta files ``manifest`` names that are not on disk (a manifest of another shape: none)."""
+    partitions = manifest.get("partitions") if isinstance(manifest, dict) else None
+    missing = []
+    for name, partition in (partitions or {}).items() if isinstance(partitions, dict) else ():
+        for key in ("data_files", "delta_files"):
+            for rel in partition.get(key, []) if isinstance(partition, dict) else []:
+                path = collection / "partitions" / str(name) / str(rel)
+                if not path.exists():
+                    missing.append(path)
+    return missing
+
+
+def _damaged(path: Path, data_dir: Path, problem: str) -> str:
+    return (
+        f"Milvus Lite file {path} is damaged ({problem}: lost, or cut short by a full disk or a crash): the "
+        f"collection cannot be read. Fix: free the space, delete {data_dir} and run kb-retrieval ingest again"
+    )
+
+
+def index_file_problem(path: Path) -> str | None:
+    """Why the index file at ``path`` cannot be loaded (``None``: it looks whole). NumPy arrays (FLAT) and Arrow
+    files (scalar indexes) are checked by their headers and footers, JSON (sparse indexes) by parsing it; another
+    format (FAISS) is left to Lite."""
+    size = path.stat().st_size
+    if size == 0:
+        return "empty"
+    with path.open("rb") as handle:
+        head = handle.read(max(len(_NPY_MAGIC), len(_ARROW_MAGIC)))
+        if head.startswith(_NPY_MAGIC):
+            return _npy_problem(handle, size)
+        if head.startswith(_ARROW_MAGIC):
+            handle.seek(max(0, size - len(_ARROW_MAGIC)))
+            return None if handle.read() == _ARROW_MAGIC else f"cut short at {size} bytes (no Arrow footer)"
+    if head.lstrip()[:1] in (b"{", b"["):
+        try:
+            json.loads(path.read_bytes())
+        except (ValueError, UnicodeDecodeError):
+            return f"not whole JSON ({size} bytes)"
+    return None
+
+
+def _npy_problem(handle: object, size: int) -> str | None:
+    """The NumPy file's header says its shape and dtype: the file must be exactly header + data long."""
+    import numpy as np
+
+    handle.seek(6)  # type: ignore[attr-defined]
+    major = handle.read(2)[0]  # type: ignore[attr-defined]
+    length_format, length_size = ("<H", 2) if major == 1 else ("<I", 4)
+    (header_len,) = struct.unpack(length_format, handle.read(length_size))  # type: ignore[attr-defined]
+    try:
+        header = ast.literal_eval(handle.read(header_len).decode("latin-1"))  # type: ignore[attr-defined]
+        items = int(np.prod(header["shape"]))
+        expected = 8 + length_size + header_len + items * np.dtype(header["descr"]).itemsize
+    except (ValueError, SyntaxError, KeyError, TypeError):
+        return "its NumPy header does not read"
+    return None if size == expected else f"{size} of {expected} bytes: cut short"
+
+
+def parquet_problem(path: Path) -> str | None:
+    """Why the Parquet file at ``path`` is not whole (``None``: its magic bytes and footer length agree)."""
+    size = path.stat().st_size
+    if size < 12:
+        return f"{size} bytes: cut short"
+    with path.open("rb") as handle:
+        start = handle.read(4)
+        handle.seek(size - 8)
+        footer_len, end = struct.unpack("<I4s", handle.read(8))
+    if start != _PARQUET_MAGIC or end != _PARQUET_MAGIC:
+        return f"{size} bytes: cut short (no Parquet footer)"
+    if footer_len + 12 > size:
+        return f"{size} bytes: its footer says more"
+    return None
