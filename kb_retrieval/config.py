@@ -502,7 +502,8 @@ class KBSettings(BaseSettings):
     expand_documents: bool = Field(
         default=True,
         description="Small-to-big: an evidence block is its whole document (sections in order, matched ones "
-        "marked); the context pack gives the top document whole when it fits, the others' matched sections.",
+        "marked); the context pack gives every document's best matched section, then the top document's other "
+        "sections, then the others' further matched sections, as the budget allows.",
     )
     lookup_timeout_s: float = Field(
         default=20.0,
