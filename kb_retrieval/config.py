@@ -502,7 +502,8 @@ class KBSettings(BaseSettings):
     expand_documents: bool = Field(
         default=True,
         description="Small-to-big: an evidence block is its whole document (sections in order, matched ones "
-        "marked); the context pack gives the top document whole when it fits, the others' matched sections.",
+        "marked); the context pack gives every document's best matched section, then the top document's other "
+        "sections, then the others' further matched sections, as the budget allows.",
     )
     lookup_timeout_s: float = Field(
         default=20.0,
@@ -523,7 +524,12 @@ class KBSettings(BaseSettings):
         description="Threads that run lookups for async callers (aretrieve, aquery). A lookup is mostly CPU work "
         "under the GIL (embedding, rerank): more threads than cores only make the event loop wait longer for it.",
     )
-    context_budget_tokens: int = Field(default=1200, ge=64, description="Token budget of the context pack.")
+    context_budget_tokens: int = Field(
+        default=2000,
+        ge=64,
+        description="Token budget of the context pack: room for the best section of each evidence document beside the "
+        "first one's context (the right document in the pack: 0.944 of a docs set's questions, 0.917 at 1200).",
+    )
     max_query_chars: int = Field(default=4000, ge=16, description="Longer queries are truncated (noted).")
     drop_template_placeholders: bool = Field(
         default=True,

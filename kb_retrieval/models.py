@@ -192,6 +192,9 @@ class DocumentSection(Contract):
     content: str
     position: int
     matched: bool = False
+    match_rank: int | None = Field(
+        default=None, description="For a matched section, its place in retrieval's order (0: the document's best)."
+    )
     hit_reasons: list[str] = Field(default_factory=list)
 
 
@@ -228,6 +231,9 @@ class ContextPackSummary(Contract):
     omitted_sources: list[str] = Field(default_factory=list)
     sections_left_out: dict[str, int] = Field(
         default_factory=dict, description="Per source, how many of its unmatched sections the budget left out."
+    )
+    matched_left_out: dict[str, int] = Field(
+        default_factory=dict, description="Per source, how many of its matched sections the budget left out."
     )
 
 

@@ -17,6 +17,7 @@ from llama_index.core.schema import NodeWithScore, TextNode
 from kb_retrieval.config import ScoringSettings
 from kb_retrieval.models import (
     ContextPack,
+    ContextPackSummary,
     EvidenceBlock,
     EvidenceStatus,
     LookupResult,
@@ -85,9 +86,7 @@ def assemble_result(
         ),
         rerank_trace=rerank_trace(selected),
         relevance_level=relevance(blocks, scoring),
-        completeness_hint=completeness(
-            blocks, pack.summary.truncated_sources, pack.summary.omitted_sources, pack.summary.sections_left_out
-        ),
+        completeness_hint=completeness(blocks, pack.summary),
         confidence=lead_confidence(selected, blocks, scoring.close_call_margin),
         retrieval_layer=layer(transform, attempts, blocks),
         stage_ms=stage_ms,
@@ -139,14 +138,26 @@ def lead_confidence(selected: AttemptResult | None, blocks: list[EvidenceBlock],
     )
 
 
-def completeness(
-    blocks: list[EvidenceBlock], truncated: list[str], omitted: list[str], left_out: dict[str, int] | None = None
-) -> str:
+def completeness(blocks: list[EvidenceBlock], summary: ContextPackSummary) -> str:
+    """What the agent's context holds of the evidence, and whether the budget (not the question) cut it.
+
+    ``partial`` when the budget left out evidence the retrieval matched: a whole document, part of one, or a matched
+    section; ``matched_sections`` when only unmatched context was left out.
+    """
     if not blocks:
         return "no_evidence"
-    if omitted or truncated:
-        return "partial: context budget truncated or omitted evidence; ask a narrower question for more"
-    if left_out:
+    cut = len(summary.omitted_sources) + len(summary.truncated_sources) + sum(summary.matched_left_out.values())
+    if cut:
+        parts = [
+            f"{len(summary.omitted_sources)} document(s) left out" if summary.omitted_sources else "",
+            f"{len(summary.truncated_sources)} cut" if summary.truncated_sources else "",
+            f"{sum(summary.matched_left_out.values())} matched section(s) left out" if summary.matched_left_out else "",
+        ]
+        return (
+            f"partial: the context budget ({summary.budget_tokens} tokens), not the question, cut evidence: "
+            f"{', '.join(p for p in parts if p)}; raise context_budget_tokens or ask a narrower question for more"
+        )
+    if left_out := summary.sections_left_out:
         whole = "the top document whole, " if blocks[0].source not in left_out else ""
         return (
             f"matched_sections: {whole}matched sections of the others "

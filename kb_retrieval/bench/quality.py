@@ -40,7 +40,7 @@ RUNBOOK_SETS = (
 SETTINGS = (
     Setting("runbooks", ("runbooks",), RUNBOOK_SETS),
     Setting("mixed", ("runbooks", "awesome-alerts"), RUNBOOK_SETS),
-    Setting("prometheus-docs", ("prometheus-docs",), ("prometheus-docs-faq",)),
+    Setting("prometheus-docs", ("prometheus-docs",), ("prometheus-docs-dev", "prometheus-docs-faq")),
 )
 
 
@@ -98,6 +98,8 @@ class SystemScores:
     strong_judged: int = 0
     strong: int = 0
     filter_excluded: int = 0
+    in_pack: int = 0
+    pack_judged: int = 0
 
     def add_filter(self, case: Case, category: str | None, category_of: Callable[[str], str | None]) -> None:
         """Counts an answerable case whose L0 category filter excluded every expected document."""
@@ -109,6 +111,12 @@ class SystemScores:
         if case.judged_strong:
             self.strong_judged += 1
             self.strong += int(top_source in case.relevant and case.strong(evidence_text))
+
+    def add_pack(self, case: Case, packed_sources: list[str]) -> None:
+        """Right document in the pack: an expected document is among those the agent's context pack holds."""
+        if case.relevant:
+            self.pack_judged += 1
+            self.in_pack += int(any(source in case.relevant for source in packed_sources))
 
     def add(self, case: Case, ranking: list[str], found: bool) -> None:
         if not case.relevant:
@@ -134,6 +142,8 @@ class SystemScores:
         out["strong@1"] = round(self.strong / self.strong_judged, 4) if self.strong_judged else None
         out["strong_judged"] = self.strong_judged
         out["filter_excluded_all_expected"] = self.filter_excluded
+        if self.pack_judged:
+            out["right_doc_in_pack"] = round(self.in_pack / self.pack_judged, 4)
         return out
 
 
@@ -154,6 +164,8 @@ def run_setting(
     stock = build_stock(roots, settings.resolved_milvus_uri(), "stock_chunks", embed_model)
     log(f"[{setting.name}] stock index: {stock.chunk_count} chunks")
 
+    over, chunks = chunks_over_model_max(lookup.client, settings)
+    log(f"[{setting.name}] chunks over the embedding model's maximum word pieces: {over} of {chunks}")
     documents = lookup.l0.index.documents
 
     def category_of(source: str) -> str | None:
@@ -173,15 +185,18 @@ def run_setting(
                 top = result.context_pack.blocks[0] if found and result.context_pack.blocks else None
                 packed = f"{top.breadcrumb or ''}\n{top.content}" if top else ""
                 scores["lookup_knowledge"].add_strong(case, top.source if top else None, packed)
+                scores["lookup_knowledge"].add_pack(case, result.context_pack.summary.included_sources if found else [])
                 scores["lookup_knowledge"].add_filter(case, result.query_transform.category_filter, category_of)
             except EmptyQueryError:
                 scores["lookup_knowledge"].add(case, [], False)
+                scores["lookup_knowledge"].add_pack(case, [])
             for name, retriever in stock.by_name().items():
                 stock_ranking = document_ranking(retriever, case.query) if case.query.strip() else []
                 scores[name].add(case, stock_ranking, bool(stock_ranking))
             bar.update()
         bar.close()
         results[set_name] = {name: s.summary() for name, s in scores.items()}
+        results[set_name]["lookup_knowledge"]["chunks_over_model_max"] = over
         if any(not c.relevant for c in cases) and any(c.relevant for c in cases):
             results[set_name]["lookup_knowledge"]["found_curve"] = found_curve(lookup, cases)
         log(
@@ -190,6 +205,24 @@ def run_setting(
         )
     lookup.close()
     return results
+
+
+def chunks_over_model_max(client: Any, settings: Settings) -> tuple[int, int]:
+    """(chunks whose embedded text is longer than the embedding model's maximum word pieces, chunks) in the
+    collection, counted with the model's own tokenizer on the text each chunk was embedded from."""
+    from kb_retrieval.indexing.embeddings import word_piece_limit
+    from kb_retrieval.indexing.milvus import iter_rows
+    from kb_retrieval.knowledge.chunker import BREADCRUMB_SEPARATOR, embedding_text
+
+    limit = word_piece_limit(settings.embed_model)
+    over = total = 0
+    for row in iter_rows(client, settings, [settings.content_field, settings.metadata_field]):
+        meta = row.get(settings.metadata_field) or {}
+        crumb = str(meta.get("breadcrumb") or "").split(BREADCRUMB_SEPARATOR)
+        text = embedding_text(str(meta.get("title") or ""), crumb, row.get(settings.content_field, ""))
+        total += 1
+        over += int(limit is not None and not limit.fits(text))
+    return over, total
 
 
 #: evidence_threshold values the found trade-off is measured at (the default, 0.42, among them).

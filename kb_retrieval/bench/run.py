@@ -425,8 +425,8 @@ def write_report(report: dict[str, Any], out_dir: Path) -> None:
             f"### {setting}",
             "",
             "| golden set | system | hit@1 | hit@3 | hit@5 | MRR@10 | no-answer found=false | answerable found=true "
-            "| strong@1 (judged) | filter excluded every expected |",
-            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            "| strong@1 (judged) | filter excluded every expected | right doc in pack | chunks over model max |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for name, systems in sets.items():
             for system in SYSTEMS:
@@ -434,7 +434,8 @@ def write_report(report: dict[str, Any], out_dir: Path) -> None:
                 md.append(
                     f"| {name} | {system} | {_fmt(m['hit@1'])} | {_fmt(m['hit@3'])} | {_fmt(m['hit@5'])} | "
                     f"{_fmt(m['mrr@10'])} | {_fmt(m['no_answer_found_false'])} | {_fmt(m['answerable_found_true'])} | "
-                    f"{_strong(m)} | {_excluded(system, m)} |"
+                    f"{_strong(m)} | {_excluded(system, m)} | {_fmt(m.get('right_doc_in_pack'))} | "
+                    f"{m.get('chunks_over_model_max', 'n/a')} |"
                 )
         md.append("")
     md += _found_curves(report)

@@ -7,17 +7,22 @@ product and L2 distances all order candidates the same and convert into one anot
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import threading
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 
+from kb_retrieval.knowledge.chunker import WordPieceLimit
+
 BUNDLED_MODEL = "bundled:all-MiniLM-L6-v2"
 _lock = threading.Lock()
+log = logging.getLogger(__name__)
 
 
 def bundled_model_path() -> str:
@@ -32,7 +37,7 @@ def load_embed_model(name: str = BUNDLED_MODEL, batch_size: int = 32) -> BaseEmb
     """Load a sentence-transformers model from local files only (never downloads). Cached per process."""
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding
 
-    path = bundled_model_path() if name == BUNDLED_MODEL else name
+    path = model_folder(name)
     if not os.path.isdir(path):
         raise FileNotFoundError(f"embedding model folder not found: {path} (KB_EMBED_MODEL)")
     # Offline by argument, not by the process environment (the host's HF_* variables are its own): a model that is
@@ -61,6 +66,42 @@ def quiet_model_loading() -> Iterator[None]:
         hf_logging.set_verbosity(verbosity)
         if bars:
             hf_logging.enable_progress_bar()
+
+
+def model_folder(name: str) -> str:
+    """The folder of the embedding model ``name`` (``KB_EMBED_MODEL``): the bundled model's, or ``name`` itself."""
+    return bundled_model_path() if name == BUNDLED_MODEL else name
+
+
+@lru_cache(maxsize=4)
+def word_piece_limit(name: str = BUNDLED_MODEL) -> WordPieceLimit | None:
+    """The model's maximum input in its own word pieces (``max_seq_length``) and its tokenizer's count, or None
+    when the model's folder has no ``tokenizer.json`` (a model given otherwise: chunks are then not capped).
+
+    Example:
+        >>> limit = word_piece_limit()
+        >>> limit.max_pieces, limit.count("etcd has no leader")  # [CLS] etcd has no leader [SEP]
+        (256, 6)
+    """
+    folder = Path(model_folder(name))
+    if not (folder / "tokenizer.json").is_file():
+        log.info("no tokenizer.json in %s: chunks are not capped at the model's maximum word pieces", folder)
+        return None
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer.no_truncation()  # tokenizer.json ships truncating at 128: counting must see all of a text
+    tokenizer.no_padding()
+    return WordPieceLimit(max_pieces=max_seq_length(folder), count=lambda text: len(tokenizer.encode(text).ids))
+
+
+def max_seq_length(folder: Path) -> int:
+    """The longest input the model reads, in word pieces (sentence-transformers' ``max_seq_length``, else the
+    transformer's ``max_position_embeddings``)."""
+    config = folder / "sentence_bert_config.json"
+    if config.is_file():
+        return int(json.loads(config.read_text(encoding="utf-8"))["max_seq_length"])
+    return int(json.loads((folder / "config.json").read_text(encoding="utf-8"))["max_position_embeddings"])
 
 
 def normalise(vectors: Sequence[Sequence[float]] | np.ndarray) -> np.ndarray:

@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field
 
 from kb_retrieval.config import Settings
 from kb_retrieval.indexing.doc_vectors import ensure_doc_vectors_collection, write_doc_vectors
-from kb_retrieval.indexing.embeddings import embed_texts, load_embed_model
+from kb_retrieval.indexing.embeddings import embed_texts, load_embed_model, word_piece_limit
 from kb_retrieval.indexing.index_version import ensure_meta_collection, publish_version
 from kb_retrieval.indexing.ingest_record import read_ingest_record, record_ingest
 from kb_retrieval.indexing.l0_index import L0Index, ensure_l0_collection, l0_content_hash, write_l0
@@ -252,6 +252,7 @@ def _plan(
 ) -> tuple[list[_DocPlan], dict[str, list[str]]]:
     plans: list[_DocPlan] = []
     removed: dict[str, list[str]] = {}
+    limit = word_piece_limit(settings.embed_model)
     for kb in kbs:
         current = {doc.source_id for doc in kb.documents}
         for doc in kb.documents:
@@ -261,7 +262,7 @@ def _plan(
                     f"source id '{doc.source_id}' from {kb.root} is already in collection "
                     f"'{settings.collection}' from another folder ({before.kb or 'unknown'})"
                 )
-            chunks = chunk_document(doc, settings.chunk_tokens, settings.chunk_overlap)
+            chunks = chunk_document(doc, settings.chunk_tokens, settings.chunk_overlap, limit)
             new_ids = {c.chunk_id for c in chunks}
             old_ids = before.ids if before else set()
             kind = "added" if before is None else "unchanged" if old_ids == new_ids else "updated"

@@ -34,6 +34,7 @@ from kb_retrieval.indexing.embeddings import (
     BUNDLED_MODEL,
     bundled_model_path,
     load_embed_model,
+    max_seq_length,
     normalise,
     quiet_model_loading,
 )
@@ -289,20 +290,13 @@ def _session(path: Path, threads: int) -> Any:
     return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
 
 
-def _max_seq_length(model_dir: Path) -> int:
-    config = model_dir / "sentence_bert_config.json"
-    if config.is_file():
-        return int(json.loads(config.read_text(encoding="utf-8"))["max_seq_length"])
-    return int(json.loads((model_dir / "config.json").read_text(encoding="utf-8"))["max_position_embeddings"])
-
-
 def _tokenizer(model_dir: Path) -> Any:
     """The model's fast tokenizer, truncating like sentence-transformers and padding a batch to its longest text."""
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
     # tokenizer.json ships with truncation and fixed padding at 128; the model is used at max_seq_length (256).
-    tokenizer.enable_truncation(max_length=_max_seq_length(model_dir))
+    tokenizer.enable_truncation(max_length=max_seq_length(model_dir))
     tokenizer.enable_padding(pad_id=0, pad_type_id=0, pad_token="[PAD]")
     return tokenizer
 

@@ -6,6 +6,13 @@ title): a frontmatter title worded apart from the H1 is not repeated in it, and 
 section longer than ``chunk_tokens`` is split between paragraphs (code blocks kept whole where they fit) into
 chunks of at most ``chunk_tokens`` tokens, consecutive chunks sharing about ``overlap`` tokens.
 
+``chunk_tokens`` counts approximate tokens (words and punctuation); the embedding model counts word pieces, and
+truncates a text beyond its maximum (256 for the bundled model): code, paths and rare words take several pieces
+each, so a chunk of 220 approximate tokens can run past it and lose its end. Given the model's own counter
+(:class:`WordPieceLimit`, from :func:`~kb_retrieval.indexing.embeddings.word_piece_limit`), a chunk whose embedded
+text (header included) is over the maximum is split again, at a size scaled by how far over it is, until every
+part fits: no chunk is embedded cut.
+
 Chunk ids are deterministic: they derive from the source id, the document's content hash, the position and the
 chunk's own breadcrumb and text, so re-chunking an unchanged document gives the same ids, and an edited one, or one
 chunked with another ``chunk_tokens``/``overlap``, gives new ids (ingest rewrites only chunks whose id is new).
@@ -21,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kb_retrieval.knowledge.loader import KbDocument
@@ -48,22 +56,54 @@ class Chunk:
         The title leads when the breadcrumb does not start with it (a frontmatter title worded apart from the H1):
         the document's name in both wordings helps the search, as it did before the breadcrumb stopped repeating it.
         """
-        header = self.breadcrumb_text
-        if self.title and self.breadcrumb and self.breadcrumb[0] != self.title:
-            header = f"{self.title}{BREADCRUMB_SEPARATOR}{header}"
-        return f"{header}\n\n{self.content}"
+        return embedding_text(self.title, self.breadcrumb, self.content)
+
+
+def embedding_text(title: str, breadcrumb: list[str], content: str) -> str:
+    """The text a chunk of ``content`` under ``breadcrumb`` in a document titled ``title`` is embedded as."""
+    header = BREADCRUMB_SEPARATOR.join(breadcrumb)
+    if title and breadcrumb and breadcrumb[0] != title:
+        header = f"{title}{BREADCRUMB_SEPARATOR}{header}"
+    return f"{header}\n\n{content}"
+
+
+@dataclass(frozen=True)
+class WordPieceLimit:
+    """The embedding model's maximum input in its own word pieces, and its counter (special tokens included).
+
+    Example:
+        >>> limit = WordPieceLimit(max_pieces=7, count=lambda text: len(text.split()) + 2)
+        >>> limit.fits("five words are right here"), limit.fits("these six words are too many")
+        (True, False)
+    """
+
+    max_pieces: int
+    count: Callable[[str], int]
+
+    def fits(self, text: str) -> bool:
+        return self.count(text) <= self.max_pieces
+
+
+#: Below this many approximate tokens a part is not split again (a header alone over the maximum cannot fit).
+MIN_SPLIT_TOKENS = 8
 
 
 def chunk_id_for(source_id: str, content_hash: str, position: int, text: str = "") -> str:
     return hashlib.sha256(f"{source_id}\x00{content_hash}\x00{position}\x00{text}".encode()).hexdigest()[:32]
 
 
-def chunk_document(doc: KbDocument, chunk_tokens: int = 220, overlap: int = 32) -> list[Chunk]:
-    """Chunks of one document in reading order."""
+def chunk_document(
+    doc: KbDocument, chunk_tokens: int = 220, overlap: int = 32, limit: WordPieceLimit | None = None
+) -> list[Chunk]:
+    """Chunks of one document in reading order; with ``limit``, each one's embedded text within the model's
+    maximum word pieces."""
     pieces: list[tuple[list[str], str]] = []
     for breadcrumb, text in _sections(doc):
         for part in _split_section(text, chunk_tokens, overlap):
-            pieces.append((breadcrumb, part))
+            if limit is None:
+                pieces.append((breadcrumb, part))
+            else:
+                pieces.extend((breadcrumb, p) for p in _within(limit, doc.title, breadcrumb, part, overlap))
     if not pieces:  # headings only: keep the title so the document stays findable
         pieces.append(([doc.title], doc.title))
     return [
@@ -77,6 +117,25 @@ def chunk_document(doc: KbDocument, chunk_tokens: int = 220, overlap: int = 32) 
         )
         for i, (crumb, content) in enumerate(pieces)
     ]
+
+
+def _within(limit: WordPieceLimit, title: str, breadcrumb: list[str], text: str, overlap: int) -> list[str]:
+    """``text`` as it is when its embedded text fits ``limit``, else split again (recursively) into parts that do.
+
+    The new size is the part's approximate tokens scaled by max / counted pieces (less 10%: pieces are not spread
+    evenly), so one step usually suffices; the overlap shrinks with it so a small part is not mostly overlap.
+    """
+    pieces = limit.count(embedding_text(title, breadcrumb, text))
+    if pieces <= limit.max_pieces:
+        return [text]
+    size = count_tokens(text)
+    target = int(size * limit.max_pieces / pieces * 0.9)
+    if size <= MIN_SPLIT_TOKENS or target < MIN_SPLIT_TOKENS:
+        return [text]
+    parts = _split_section(text, target, min(overlap, target // 4))
+    if len(parts) == 1:  # the split could not cut it (one unit): cut at token boundaries
+        parts = split_to_tokens(text, target)
+    return [p for part in parts for p in _within(limit, title, breadcrumb, part, overlap)]
 
 
 def _sections(doc: KbDocument) -> list[tuple[list[str], str]]:

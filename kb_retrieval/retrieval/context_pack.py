@@ -7,9 +7,19 @@ A text's count is the sum of its parts' counts wherever whitespace joins them (n
 document's renderings are counted from its sections' counts, and a section's text, the same on every lookup, is
 counted once per process (:func:`section_tokens`), not again for every rendering tried.
 
-A block that carries its document's sections (small-to-big) is packed by rank: the first document whole when it
-fits, else its matched sections and then its other sections in document order as they fit; each later document its
-matched sections only. Matched sections are marked. ``sections_left_out`` counts the unmatched sections left out.
+A block that carries its document's sections (small-to-big) is packed in three passes, so that the budget reaches
+the matching sections of every top document before it gives any one document's context:
+
+1. in rank order, each block its header and its best matched section (a plain block: its content), cut to the room
+   left when it does not fit; the first document also its other matched sections, best first, within half the
+   budget;
+2. the first document's other sections, matched or not, in document order, as they fit whole (a short runbook comes
+   back whole: its diagnosis and mitigation beside the section that matched);
+3. in rank order, the other documents' further matched sections, as they fit whole.
+
+Each document's chosen sections are rendered in document order, matched ones marked. ``sections_left_out`` counts
+the unmatched sections the budget left out, ``matched_left_out`` the matched ones (the budget, not the question,
+cut those).
 
 Example:
     >>> pack = pack_context(blocks, budget_tokens=800)  # doctest: +SKIP
@@ -56,21 +66,32 @@ def section_tokens(section: DocumentSection) -> int:
     return _text_tokens(_heading(section)) + _text_tokens(section.content)
 
 
-def _document_content(block: EvidenceBlock, rank: int, room: int) -> tuple[str, int, int]:
-    """The block's text for ``room`` tokens, its token count, and how many unmatched sections it leaves out."""
-    sections = block.sections
-    tokens = [section_tokens(s) for s in sections]
-    if rank == 0 and sum(tokens) <= room:
-        return render_sections(sections), sum(tokens), 0
-    chosen = [i for i, s in enumerate(sections) if s.matched]
-    used = sum(tokens[i] for i in chosen)
-    if rank == 0:  # the top document: its other sections in document order while they fit
-        for i, section in enumerate(sections):
-            if not section.matched and used + tokens[i] <= room:
-                chosen.append(i)
-                used += tokens[i]
-    picked = sorted((sections[i] for i in chosen), key=lambda x: x.position)
-    return render_sections(picked), used, sum(1 for s in sections if not s.matched and s not in picked)
+def _match_order(sections: list[DocumentSection]) -> list[int]:
+    """Indices of the matched sections, best first (retrieval's order; document order without one)."""
+    matched = [i for i, s in enumerate(sections) if s.matched]
+    return sorted(matched, key=lambda i: (sections[i].match_rank is None, sections[i].match_rank or 0, i))
+
+
+class _Entry:
+    """One included block while the pack is planned: its header, and its chosen sections (or plain content)."""
+
+    def __init__(self, block: EvidenceBlock, header: str, header_tokens: int) -> None:
+        self.block = block
+        self.header = header
+        self.header_tokens = header_tokens
+        self.chosen: list[int] = []
+        self.content_tokens = 0
+        self.cut_to: int | None = None  # tokens of content the budget left it, when it was truncated
+
+    def add(self, index: int, tokens: int) -> None:
+        self.chosen.append(index)
+        self.content_tokens += tokens
+
+    def content(self) -> str:
+        sections = self.block.sections
+        if not sections:
+            return self.block.content
+        return render_sections([sections[i] for i in sorted(self.chosen, key=lambda i: sections[i].position)])
 
 
 def block_header(index: int, block: EvidenceBlock | PackedBlock) -> str:
@@ -91,35 +112,67 @@ dispatcher = get_dispatcher(__name__)
 def pack_context(
     blocks: list[EvidenceBlock], budget_tokens: int, min_content_tokens: int = MIN_CONTENT_TOKENS
 ) -> ContextPack:
-    packed: list[PackedBlock] = []
-    texts: list[str] = []
-    used = 0
+    entries: list[_Entry] = []
     omitted: list[str] = []
-    truncated: list[str] = []
-    sections_left_out: dict[str, int] = {}
-    mark_tokens = count_tokens(TRUNCATION_MARK)
-    for block in blocks:
-        header = block_header(len(packed) + 1, block)
+    used = 0
+    for block in blocks:  # pass 1: every block's header and best section (or content)
+        header = block_header(len(entries) + 1, block)
         header_tokens = count_tokens(header)
         room = budget_tokens - used - header_tokens
         if room < min_content_tokens:
             omitted.append(block.source)
             continue
-        content = block.content
+        entry = _Entry(block, header, header_tokens)
         if block.sections:
-            content, content_tokens, left_out = _document_content(block, len(packed), room)
-            if left_out:
-                sections_left_out[block.source] = left_out
+            order = _match_order(block.sections) or [0]
+            entry.add(order[0], section_tokens(block.sections[order[0]]))
+            if not entries:  # the first document: its matched sections, best first, within half the budget
+                for i in order[1:]:
+                    tokens = section_tokens(block.sections[i])
+                    if used + header_tokens + entry.content_tokens + tokens <= budget_tokens // 2:
+                        entry.add(i, tokens)
         else:
-            content_tokens = _text_tokens(content)
-        is_cut = content_tokens > room
-        if is_cut:
-            content = truncate_to_tokens(content, room - mark_tokens) + TRUNCATION_MARK
-            content_tokens = count_tokens(content)
+            entry.content_tokens = _text_tokens(block.content)
+        if entry.content_tokens > room:
+            entry.cut_to = room
+        used += header_tokens + min(entry.content_tokens, room)
+        entries.append(entry)
+
+    def fill(entry: _Entry, indices: list[int]) -> None:
+        nonlocal used
+        for i in indices:
+            tokens = section_tokens(entry.block.sections[i])
+            if i not in entry.chosen and used + tokens <= budget_tokens:
+                entry.add(i, tokens)
+                used += tokens
+
+    whole = [e for e in entries if e.block.sections and e.cut_to is None]
+    if whole and whole[0] is entries[0]:  # pass 2: the first document's context
+        sections = entries[0].block.sections
+        fill(entries[0], [i for i in range(len(sections)) if sections[i].matched] + list(range(len(sections))))
+    for entry in whole:  # pass 3: the others' further matched sections
+        fill(entry, _match_order(entry.block.sections))
+    return _render(entries, omitted, budget_tokens, used)
+
+
+def _render(entries: list[_Entry], omitted: list[str], budget_tokens: int, used: int) -> ContextPack:
+    packed: list[PackedBlock] = []
+    texts: list[str] = []
+    truncated: list[str] = []
+    sections_left_out: dict[str, int] = {}
+    matched_left_out: dict[str, int] = {}
+    mark_tokens = count_tokens(TRUNCATION_MARK)
+    for entry in entries:
+        block, content = entry.block, entry.content()
+        if entry.cut_to is not None:
+            content = truncate_to_tokens(content, entry.cut_to - mark_tokens) + TRUNCATION_MARK
             truncated.append(block.source)
-        text = header + content
-        used += header_tokens + content_tokens  # the header ends with a line break: no token spans the two
-        texts.append(text)
+        left = [s for i, s in enumerate(block.sections) if i not in entry.chosen]
+        if unmatched := sum(1 for s in left if not s.matched):
+            sections_left_out[block.source] = unmatched
+        if matched := sum(1 for s in left if s.matched):
+            matched_left_out[block.source] = matched
+        texts.append(entry.header + content)
         packed.append(
             PackedBlock(
                 source=block.source,
@@ -127,12 +180,15 @@ def pack_context(
                 breadcrumb=block.breadcrumb,
                 hit_reasons=block.hit_reasons,
                 content=content,
-                truncated=is_cut,
+                truncated=entry.cut_to is not None,
             )
         )
+    text = "\n\n".join(texts)
+    if truncated:  # a cut content is counted again: the mark and the cut are not a sum of parts
+        used = count_tokens(text)
     return ContextPack(
         blocks=packed,
-        text="\n\n".join(texts),
+        text=text,
         summary=ContextPackSummary(
             budget_tokens=budget_tokens,
             used_tokens=used,
@@ -140,5 +196,6 @@ def pack_context(
             truncated_sources=truncated,
             omitted_sources=omitted,
             sections_left_out=sections_left_out,
+            matched_left_out=matched_left_out,
         ),
     )

@@ -171,12 +171,14 @@ def _marked(sections: list[DocumentSection], stage: StageData) -> list[DocumentS
     for other in stage.sections:
         if other.position is not None and other.position not in reasons:
             reasons[other.position] = [str(hit_reason(HitKind.L1_SEMANTIC, f"{other.similarity:.3f}"))]
+    order = {position: rank for rank, position in enumerate(reasons)}  # the best first, then in rank order
     return [
         DocumentSection(
             breadcrumb=section.breadcrumb,
             content=section.content,
             position=section.position,
             matched=section.position in reasons,
+            match_rank=order.get(section.position),
             hit_reasons=reasons.get(section.position, []),
         )
         for section in sections

@@ -197,6 +197,8 @@ def test_found_curve_and_excluded_filters_are_in_the_report(tmp_path):
     report = copy.deepcopy(REPORT)
     ours = report["quality"]["runbooks"]["runbooks-alerts-instances"]["lookup_knowledge"]
     ours["filter_excluded_all_expected"] = 2
+    ours["right_doc_in_pack"] = 0.96
+    ours["chunks_over_model_max"] = 0
     ours["found_curve"] = [
         {"evidence_threshold": 0.38, "answerable_found_true": 1.0, "no_answer_found_false": 0.2},
         {"evidence_threshold": 0.42, "answerable_found_true": 0.95, "no_answer_found_false": 0.5},
@@ -207,4 +209,25 @@ def test_found_curve_and_excluded_filters_are_in_the_report(tmp_path):
     assert "| runbooks | runbooks-alerts-instances | 1.00 / 0.20 | 0.95 / 0.50 |" in md
     assert "| runbooks-alerts-instances | lookup_knowledge |" in md
     excluded = [line for line in md.splitlines() if line.startswith("| runbooks-alerts-instances |")]
-    assert excluded[0].endswith("| 2 |") and excluded[1].endswith("| n/a |")  # ours, then a stock retriever
+    # ours, then a stock retriever: filter excluded, right doc in pack, chunks over the model's maximum
+    assert excluded[0].endswith("| 2 | 0.96 | 0 |") and excluded[1].endswith("| n/a | n/a | n/a |")
+
+
+def test_right_doc_in_pack_counts_answerable_cases_only(tmp_path):
+    import json as _json
+
+    from kb_retrieval.bench.quality import SystemScores, read_cases
+
+    golden = tmp_path / "g.jsonl"
+    rows = [
+        {"case_id": "a", "query": "q", "expected_docs": ["d.md"]},
+        {"case_id": "b", "query": "q", "expected_docs": ["e.md"], "acceptable_docs": ["f.md"]},
+        {"case_id": "c", "query": "q", "expected_docs": []},
+    ]
+    golden.write_text("\n".join(_json.dumps(r) for r in rows), encoding="utf-8")
+    a, b, c = read_cases(golden)
+    scores = SystemScores()
+    scores.add_pack(a, ["x.md", "d.md"])
+    scores.add_pack(b, ["e2.md"])
+    scores.add_pack(c, ["x.md"])
+    assert scores.summary()["right_doc_in_pack"] == 0.5

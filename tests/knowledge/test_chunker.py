@@ -239,3 +239,60 @@ def test_runbook_breadcrumbs_hold_the_headings_the_golden_set_expects() -> None:
         if case["expected_breadcrumbs"] and source in crumbs
     ]
     assert len(checked) > 100 and sum(checked) >= len(checked) - 2
+
+
+def pieces_of(text: str) -> int:
+    """A stand-in word-piece counter: every "wN" word is two pieces, plus [CLS] and [SEP]."""
+    return 2 * len(text.split()) + 2
+
+
+def test_a_chunk_over_the_models_word_pieces_is_split_until_every_part_fits() -> None:
+    limit = chunker.WordPieceLimit(max_pieces=100, count=pieces_of)
+    body = "## S\n\n" + prose(0, 150) + "\n"
+    plain = chunk_document(doc(body), chunk_tokens=220, overlap=8)
+    capped = chunk_document(doc(body), chunk_tokens=220, overlap=8, limit=limit)
+    assert len(plain) == 1 and not limit.fits(plain[0].embedding_text())
+    assert len(capped) > 1
+    assert all(limit.fits(c.embedding_text()) for c in capped)
+    assert set(words_of(" ".join(c.content for c in capped))) == {f"w{i}" for i in range(150)}
+    assert {c.chunk_id for c in capped}.isdisjoint({c.chunk_id for c in plain})  # new ids: ingest re-embeds them
+
+
+def test_a_chunk_within_the_word_pieces_is_left_as_it_is() -> None:
+    limit = chunker.WordPieceLimit(max_pieces=1000, count=pieces_of)
+    body = "## S\n\n" + prose(0, 150) + "\n"
+    assert chunk_document(doc(body), limit=limit) == chunk_document(doc(body))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    paragraphs=st.lists(st.integers(min_value=1, max_value=200), min_size=1, max_size=6),
+    max_pieces=st.integers(min_value=40, max_value=300),
+)
+def test_property_capped_chunks_fit_and_keep_every_word(paragraphs: list[int], max_pieces: int) -> None:
+    limit = chunker.WordPieceLimit(max_pieces=max_pieces, count=pieces_of)
+    blocks, start = [], 0
+    for size in paragraphs:
+        blocks.append(prose(start, size))
+        start += size
+    chunks = chunk_document(doc("## S\n\n" + "\n\n".join(blocks) + "\n"), limit=limit)
+    assert all(limit.fits(c.embedding_text()) for c in chunks)
+    assert set(words_of(" ".join(c.content for c in chunks))) == {f"w{i}" for i in range(start)}
+
+
+def test_code_heavy_section_fits_the_bundled_models_word_pieces() -> None:
+    """With the real tokenizer: a YAML block of 200 approximate tokens is ~400 word pieces, over the model's 256."""
+    from kb_retrieval.indexing.embeddings import word_piece_limit
+
+    limit = word_piece_limit()
+    assert limit is not None and limit.max_pieces == 256
+    lines = [
+        f'  - alert: KubeQuotaAlmostFull_{i}\n    expr: kube_resourcequota{{job=~"kube-state-metrics"}} > 0.9'
+        for i in range(12)
+    ]
+    body = "## Rules\n\n```yaml\ngroups:\n" + "\n".join(lines) + "\n```\n"
+    plain = chunk_document(doc(body))
+    assert any(not limit.fits(c.embedding_text()) for c in plain)
+    capped = chunk_document(doc(body), limit=limit)
+    assert all(limit.fits(c.embedding_text()) for c in capped)
+    assert all(f"KubeQuotaAlmostFull_{i}" in " ".join(c.content for c in capped) for i in range(12))

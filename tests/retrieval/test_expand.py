@@ -53,6 +53,43 @@ def test_a_long_top_document_gives_its_matched_sections_then_what_fits():
     assert pack.summary.used_tokens <= budget and count_tokens(pack.text) <= budget
 
 
+def test_a_long_first_document_leaves_room_for_the_others_best_sections():
+    """The budget reaches every top document's best section before one document's context (issue 37, item 3)."""
+    long_doc = _block("long.md", _sections(12, {1, 3, 5, 7, 9, 11}, words=60))
+    others = [_block(f"o{i}.md", _sections(4, {i}, words=60)) for i in range(3)]
+    budget = 600
+    pack = pack_context([long_doc, *others], budget_tokens=budget)
+    assert pack.summary.included_sources == ["long.md", "o0.md", "o1.md", "o2.md"]
+    assert pack.summary.truncated_sources == [] and pack.summary.omitted_sources == []
+    for i, block in enumerate(pack.blocks[1:]):
+        assert f"Doc > S{i}{MATCHED_MARK}" in block.content  # each other document's matched section
+    assert f"Doc > S1{MATCHED_MARK}" in pack.blocks[0].content
+    assert count_tokens(pack.text) == pack.summary.used_tokens <= budget
+    assert pack.summary.matched_left_out.get("long.md", 0) >= 1  # the budget, not the question, cut those
+
+
+def test_a_documents_best_matched_section_comes_first_whatever_its_place():
+    sections = _sections(5, {1, 4}, words=60)
+    sections = [s.model_copy(update={"match_rank": {4: 0, 1: 1}.get(s.position)}) for s in sections]
+    first = _block("first.md", _sections(2, {0}, words=10))
+    second = _block("second.md", sections)
+    budget = count_tokens(pack_context([first], budget_tokens=10_000).text) + 100  # room for one section
+    content = pack_context([first, second], budget_tokens=budget).blocks[1].content
+    assert f"Doc > S4{MATCHED_MARK}" in content and "Doc > S1" not in content
+
+
+def test_completeness_says_when_the_budget_cut_matched_evidence():
+    from kb_retrieval.result import completeness
+
+    blocks = [_block("long.md", _sections(12, {3, 7, 9}, words=60)), _block("b.md", _sections(3, {0}))]
+    cut = pack_context(blocks, budget_tokens=200)
+    assert cut.summary.matched_left_out
+    assert completeness(blocks, cut.summary).startswith("partial: the context budget (200 tokens), not the question")
+    roomy = pack_context(blocks, budget_tokens=5000)
+    assert roomy.summary.matched_left_out == {}
+    assert completeness(blocks, roomy.summary).startswith("matched_sections:")
+
+
 def test_a_short_runbook_comes_back_whole(sample_lookup):
     result = sample_lookup.lookup(ALERT)
     block = result.evidence_blocks[0]
