@@ -417,6 +417,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("ingest", help="index Markdown knowledge-base folders into Milvus (incremental)")
     p.add_argument("kb_dirs", nargs="+", metavar="KB_DIR", help="a folder of Markdown files (.md); several allowed")
     add_location_arguments(p)
+    p.add_argument(
+        "--batch-size", type=int, metavar="N", help="texts embedded per model call (KB_EMBED_BATCH_SIZE; default 32)"
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="threads of the passage encoder (KB_EMBED_THREADS; default: every core)",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.set_defaults(func=cmd_ingest)
 

@@ -30,6 +30,8 @@ SETTINGS_FLAGS: dict[str, tuple[str, str]] = {
     "uri": ("--uri", "milvus_uri"),
     "collection": ("--collection", "collection"),
     "mode": ("--mode", "vector_store_mode"),
+    "batch_size": ("--batch-size", "embed_batch_size"),
+    "threads": ("--threads", "embed_threads"),
 }
 #: Secrets of the settings built in this process, masked in every message the CLI prints.
 _SECRETS: set[str] = set()

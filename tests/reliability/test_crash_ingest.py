@@ -29,7 +29,7 @@ from tests.conftest import REPO
 from tests.reliability.conftest import release_lite, write_kb
 
 CATEGORIES = ("alpha", "beta", "gamma", "delta", "omega")
-BATCH = 2  # KB_EMBED_BATCH_SIZE: chunks are written 4 x 2 = 8 at a time, so a run makes many writes
+BATCH = 1  # KB_EMBED_BATCH_SIZE: chunks are written WINDOW_BATCHES (16) x 1 at a time, so a run makes several writes
 
 
 def _doc(category: str, i: int, edition: str = "") -> str:
