@@ -98,7 +98,8 @@ def test_ingest_embeds_with_the_model_given(tmp_path: Path) -> None:
     summary = ingest([SAMPLE_KB], settings, embed_model=given)
     embedded = [t for batch in given.batches for t in batch]
     documents = load_knowledge_base(SAMPLE_KB).documents
-    chunks = {c.embedding_text() for doc in documents for c in chunk_document(doc, settings.chunk_tokens, settings.chunk_overlap)}
+    size, overlap = settings.chunk_tokens, settings.chunk_overlap
+    chunks = {c.embedding_text() for doc in documents for c in chunk_document(doc, size, overlap)}
     titles = {document_texts(doc)[0] for doc in documents}
     assert summary.chunks_embedded == len(chunks) > 0
     assert chunks | titles <= set(embedded)
