@@ -35,6 +35,7 @@ from kb_retrieval.cli_args import (
     require_extra,
     settings_from_args,
 )
+from kb_retrieval.config import Settings
 from kb_retrieval.output import result_json
 from kb_retrieval.reporting import LOCAL_REPORTS_DIR, display_path
 
@@ -176,7 +177,7 @@ def cmd_lookup(args: argparse.Namespace) -> int:
         query = sys.stdin.read() if args.query == STDIN else args.query
         _check_query(query, "stdin" if args.query == STDIN else "QUERY", settings.max_query_chars)
         cases = [QueryCase("", query)]
-    server_url = args.server or os.environ.get(SERVER_URL_ENV)
+    server_url = args.server or os.environ.get(SERVER_URL_ENV) or _serving(settings)
     if server_url:  # a running `kb-retrieval serve` answers: nothing heavy is imported here
         return _lookup_through_server(server_url, cases, args)
 
@@ -198,6 +199,22 @@ def cmd_lookup(args: argparse.Namespace) -> int:
     finally:
         lookup.close()
     return 0
+
+
+def _serving(settings: Settings) -> str | None:
+    """The URL of the ``serve`` holding this state dir (:mod:`kb_retrieval.service.discovery`), else None."""
+    from kb_retrieval.service.discovery import find_server
+
+    found = find_server(settings)
+    if found is None:
+        return None
+    if found.token_required and not os.environ.get(SERVER_TOKEN_ENV):
+        raise CliError(
+            f"the state dir is held by kb-retrieval serve (pid {found.pid}) at {found.url}, which wants a token: "
+            f"set {SERVER_TOKEN_ENV}"
+        )
+    logging.getLogger("kb_retrieval").info("looking up through kb-retrieval serve (pid %s) at %s", found.pid, found.url)
+    return found.url
 
 
 def _lookup_through_server(url: str, cases: list[QueryCase], args: argparse.Namespace) -> int:
