@@ -36,6 +36,7 @@ from kb_retrieval.cli_args import (
     require_extra,
     settings_from_args,
 )
+from kb_retrieval.config import Settings
 from kb_retrieval.output import result_json
 from kb_retrieval.reporting import LOCAL_REPORTS_DIR, display_path
 
@@ -179,7 +180,7 @@ def cmd_lookup(args: argparse.Namespace) -> int:
         query = sys.stdin.read() if args.query == STDIN else args.query
         _check_query(query, "stdin" if args.query == STDIN else "QUERY", settings.max_query_chars)
         cases = [QueryCase("", query)]
-    server_url = args.server or os.environ.get(SERVER_URL_ENV)
+    server_url = args.server or os.environ.get(SERVER_URL_ENV) or _serving(settings)
     if server_url:  # a running `kb-retrieval serve` answers: nothing heavy is imported here
         return _lookup_through_server(server_url, cases, args)
 
@@ -201,6 +202,22 @@ def cmd_lookup(args: argparse.Namespace) -> int:
     finally:
         lookup.close()
     return 0
+
+
+def _serving(settings: Settings) -> str | None:
+    """The URL of the ``serve`` holding this state dir (:mod:`kb_retrieval.service.discovery`), else None."""
+    from kb_retrieval.service.discovery import find_server
+
+    found = find_server(settings)
+    if found is None:
+        return None
+    if found.token_required and not os.environ.get(SERVER_TOKEN_ENV):
+        raise CliError(
+            f"the state dir is held by kb-retrieval serve (pid {found.pid}) at {found.url}, which wants a token: "
+            f"set {SERVER_TOKEN_ENV}"
+        )
+    logging.getLogger("kb_retrieval").info("looking up through kb-retrieval serve (pid %s) at %s", found.pid, found.url)
+    return found.url
 
 
 def _lookup_through_server(url: str, cases: list[QueryCase], args: argparse.Namespace) -> int:
@@ -423,6 +440,15 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("ingest", help="index Markdown knowledge-base folders into Milvus (incremental)")
     p.add_argument("kb_dirs", nargs="+", metavar="KB_DIR", help="a folder of Markdown files (.md); several allowed")
     add_location_arguments(p)
+    p.add_argument(
+        "--batch-size", type=int, metavar="N", help="texts embedded per model call (KB_EMBED_BATCH_SIZE; default 32)"
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="threads of the passage encoder (KB_EMBED_THREADS; default: every core)",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.set_defaults(func=cmd_ingest)
 

@@ -32,6 +32,8 @@ SETTINGS_FLAGS: dict[str, tuple[str, str]] = {
     "uri": ("--uri", "milvus_uri"),
     "collection": ("--collection", "collection"),
     "mode": ("--mode", "vector_store_mode"),
+    "batch_size": ("--batch-size", "embed_batch_size"),
+    "threads": ("--threads", "embed_threads"),
 }
 #: Settings holding a URL: its password is masked where the URL parses, and a URL that does not parse is not shown.
 _URL_FIELDS = frozenset({"milvus_uri", "trace_db_url"})

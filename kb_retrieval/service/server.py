@@ -19,6 +19,7 @@ from typing import Any
 import uvicorn
 
 from kb_retrieval.config import KBSettings
+from kb_retrieval.service import discovery
 from kb_retrieval.service.settings import ServeSettings, is_loopback
 
 
@@ -97,6 +98,7 @@ def run_server(settings: KBSettings, serve: ServeSettings) -> int:
             server.run()
         finally:
             signal.signal(signal.SIGTERM, previous)
+            discovery.withdraw(settings)  # a lookup started from now on opens the dir itself, once it is free
     finally:
         lookup.close()  # writes every accepted trace row (or logs and counts what the database refused)
         failures = lookup.traces.failures
@@ -116,21 +118,30 @@ def _stopped_by_sigterm(signum: int, frame: FrameType | None) -> None:
     print("kb-retrieval serve: stopped by SIGTERM (the requests in flight were answered)", file=sys.stderr, flush=True)
 
 
+#: Where a local client reaches a server listening on every address.
+_LOCAL = {"0.0.0.0": "127.0.0.1", "::": "[::1]"}
+
+
 def _announce(server: uvicorn.Server, serve: ServeSettings, settings: KBSettings) -> None:
-    """Say where the server listens once it does (the port is known then, also for ``--port 0``)."""
+    """Say where the server listens once it does (the port is known then, also for ``--port 0``), on stderr and in
+    the state dir's ``serve.json``."""
     original = server.startup
 
     async def startup(sockets: list[Any] | None = None) -> None:
         await original(sockets=sockets)
+        urls = []
         for srv in server.servers:
             for sock in srv.sockets:
                 host, port = sock.getsockname()[:2]
                 shown = f"[{host}]" if ":" in host else host
+                urls.append(f"http://{_LOCAL.get(host, shown)}:{port}")
                 print(
                     f"kb-retrieval serve: listening on http://{shown}:{port} (collection {settings.collection}; "
                     f"page /, API /v1/lookup, MCP /mcp{'; token required' if serve.token.get_secret_value() else ''})",
                     file=sys.stderr,
                     flush=True,
                 )
+        if urls:  # `kb-retrieval lookup` on this state dir finds the server here (kb_retrieval.service.discovery)
+            discovery.announce(settings, urls[0], token_required=bool(serve.token.get_secret_value()))
 
     server.startup = startup  # type: ignore[method-assign]

@@ -10,7 +10,7 @@ import pytest
 from pymilvus import MilvusClient
 
 from kb_retrieval.config import Settings
-from kb_retrieval.indexing.ingest import ingest
+from kb_retrieval.indexing.ingest import WINDOW_BATCHES, ingest
 from kb_retrieval.indexing.l0_index import L0Index
 from kb_retrieval.indexing.milvus import MilvusUnavailableError, SchemaMismatchError, connect
 from kb_retrieval.knowledge.loader import KnowledgeBaseError
@@ -174,14 +174,15 @@ class FailingAfter:
 
 
 def test_interrupted_ingest_converges(tmp_path, embed_model):
-    docs = {f"redis/doc{i}.md": DOC_A.replace("RedisMemoryHigh", f"RedisAlert{i}") for i in range(12)}
+    docs = {f"redis/doc{i}.md": DOC_A.replace("RedisMemoryHigh", f"RedisAlert{i}") for i in range(24)}
     kb = write_kb(tmp_path / "kb", docs)
-    clean = Settings(state_dir=tmp_path / "clean", embed_batch_size=4)
+    clean = Settings(state_dir=tmp_path / "clean", embed_batch_size=1)
     ingest([kb], clean, embed_model=embed_model)
-    broken = Settings(state_dir=tmp_path / "broken", embed_batch_size=4)
+    assert len(rows(clean)) > 2 * WINDOW_BATCHES
+    broken = Settings(state_dir=tmp_path / "broken", embed_batch_size=1)
     with pytest.raises(KeyboardInterrupt):
-        # Ingest writes every 4 model batches (embed_batch_size * 4 chunks): fail in the second write.
-        ingest([kb], broken, embed_model=FailingAfter(embed_model, 4))
+        # Ingest writes every WINDOW_BATCHES model batches: fail in the second window, the first one's write in flight.
+        ingest([kb], broken, embed_model=FailingAfter(embed_model, WINDOW_BATCHES))
     partial = len(rows(broken))
     assert 0 < partial < len(rows(clean))
     resumed = ingest([kb], broken, embed_model=embed_model)

@@ -29,7 +29,7 @@ from tests.conftest import REPO
 from tests.reliability.conftest import release_lite, write_kb
 
 CATEGORIES = ("alpha", "beta", "gamma", "delta", "omega")
-BATCH = 2  # KB_EMBED_BATCH_SIZE: chunks are written 4 x 2 = 8 at a time, so a run makes many writes
+BATCH = 1  # KB_EMBED_BATCH_SIZE: chunks are written WINDOW_BATCHES (16) x 1 at a time, so a run makes several writes
 
 
 def _doc(category: str, i: int, edition: str = "") -> str:
@@ -104,7 +104,9 @@ def crash(tmp_path_factory, embed_model) -> Crash:
     clean: dict[str, State] = {}
     for version, docs in (("v2", kb_v2()), ("v1", kb_v1())):
         set_kb(kb, docs)
-        settings = Settings(state_dir=work / f"clean-{version}", embed_batch_size=BATCH)
+        settings = Settings(
+            state_dir=work / f"clean-{version}"
+        )  # the reference: batch size is the killed run's concern
         ingest([kb], settings, embed_model=embed_model)
         clean[version] = snapshot(settings)
     assert len(clean["v1"].rows) == 60 and clean["v1"].rows != clean["v2"].rows
@@ -123,7 +125,7 @@ def _prepare(crash: Crash, name: str, start: str) -> Settings:
     if start == "v1":
         shutil.copytree(crash.clean_v1_dir, state)
     set_kb(crash.kb, kb_v1() if start == "empty" else kb_v2())
-    return Settings(state_dir=state, embed_batch_size=BATCH)
+    return Settings(state_dir=state)  # finishing in this process: only the killed run needs small batches
 
 
 def _converge(settings: Settings, target: State, embed_model) -> State:
