@@ -13,7 +13,7 @@ from pydantic import Field
 
 from kb_retrieval.config import Settings
 from kb_retrieval.indexing.doc_vectors import KINDS, VECTORS_FIELD, doc_vectors_collection_name, document_texts
-from kb_retrieval.indexing.embeddings import BUNDLED_MODEL, embed_passages, embed_texts
+from kb_retrieval.indexing.embeddings import BUNDLED_MODEL, embed_passages, embed_texts, word_piece_limit
 from kb_retrieval.indexing.ingest import ingest
 from kb_retrieval.indexing.milvus import connect, iter_rows
 from kb_retrieval.indexing.model_check import model_id
@@ -99,7 +99,8 @@ def test_ingest_embeds_with_the_model_given(tmp_path: Path) -> None:
     embedded = [t for batch in given.batches for t in batch]
     documents = load_knowledge_base(SAMPLE_KB).documents
     size, overlap = settings.chunk_tokens, settings.chunk_overlap
-    chunks = {c.embedding_text() for doc in documents for c in chunk_document(doc, size, overlap)}
+    limit = word_piece_limit(settings.embed_model)  # ingest caps chunks at the model's word pieces
+    chunks = {c.embedding_text() for doc in documents for c in chunk_document(doc, size, overlap, limit)}
     titles = {document_texts(doc)[0] for doc in documents}
     assert summary.chunks_embedded == len(chunks) > 0
     assert chunks | titles <= set(embedded)
