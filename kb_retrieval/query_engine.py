@@ -4,7 +4,8 @@ the comparison under ``sidecar``).
 
 ``KnowledgeLookup.as_query_engine(llm=...)`` gives the engine that writes an answer with an LLM:
 ``RetrieverQueryEngine.from_args(lookup.as_retriever(), llm=llm)``; :func:`split_engine_kwargs` routes its other
-arguments, as ``BaseIndex.as_query_engine`` does.
+arguments, as ``BaseIndex.as_query_engine`` does, and without ``llm=`` it uses ``Settings.llm`` when one is set
+(:func:`configured_llm`); with none set it stays LLM-free.
 """
 
 from __future__ import annotations
@@ -23,6 +24,15 @@ from kb_retrieval.retriever import run_in_pool
 
 #: What ``as_retriever`` takes besides the settings' names.
 RETRIEVER_KWARGS = frozenset({"similarity_top_k", "filters", "callback_manager"})
+
+
+def configured_llm() -> Any:
+    """``llama_index.core.Settings.llm`` when a program set one, else None (``Settings.llm`` itself would resolve the
+    OpenAI default, which needs a key and a network): what ``as_query_engine()`` falls back to, as
+    ``BaseIndex.as_query_engine`` does."""
+    from llama_index.core import Settings
+
+    return Settings._llm
 
 
 def split_engine_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
