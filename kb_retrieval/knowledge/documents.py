@@ -134,11 +134,15 @@ def _document(source_id: str, nodes: list[BaseNode], category_from: str, max_fil
     metadata = {k: v for k, v in nodes[0].metadata.items() if k not in FILE_KEYS}
     file_name = str(nodes[0].metadata.get("file_name") or nodes[0].metadata.get("file_path") or "")
     is_html = file_name.lower().endswith(HTML_SUFFIXES) or nodes[0].metadata.get("file_type") == "text/html"
+    # What the hash covers: the text as read (so a file read by SimpleDirectoryReader hashes as the folder's file
+    # does, and switching between the two re-embeds nothing), then the metadata when there is any.
+    raw = text.encode()
+    if metadata:
+        raw += b"\x00" + json.dumps(metadata, sort_keys=True, default=str, ensure_ascii=False).encode()
     if is_html or looks_like_html(text):
         page = html_to_text(text)
         text = page.text
         metadata.setdefault("title", page.title)
-    raw = (text + "\x00" + json.dumps(metadata, sort_keys=True, default=str, ensure_ascii=False)).encode()
     return document_from_text(source_id, text, category_from, raw, metadata=_json_safe(metadata))
 
 

@@ -71,6 +71,10 @@ def test_simple_directory_reader_output_has_the_folders_identity_and_content(tmp
     got = {d.source_id: (d.title, d.category, d.body.strip()) for d in from_reader.documents}
     want = {d.source_id: (d.title, d.category, d.body.strip()) for d in from_folder.documents}
     assert got == want
+    # ... with the same content hashes (so chunk ids): switching between the two re-embeds nothing.
+    assert {d.source_id: d.content_hash for d in from_reader.documents} == {
+        d.source_id: d.content_hash for d in from_folder.documents
+    }
     # Reading again (new random doc_ids, new access times) gives the same content hashes: nothing re-embedded.
     again = knowledge_base_from_documents(SimpleDirectoryReader(str(folder), recursive=True).load_data())
     assert [d.content_hash for d in again.documents] == [d.content_hash for d in from_reader.documents]
