@@ -19,7 +19,15 @@ from kb_retrieval.knowledge.loader import KnowledgeBaseError
 
 pytestmark = pytest.mark.timeout(900)
 
-REDIS = "---\ntitle: Redis evicting keys\ncategory: redis\n---\n# Redis evicting keys\n\n## Fix\nRaise maxmemory or switch the eviction policy to allkeys-lru.\n"
+REDIS = """---
+title: Redis evicting keys
+category: redis
+---
+# Redis evicting keys
+
+## Fix
+Raise maxmemory or switch the eviction policy to allkeys-lru.
+"""
 KAFKA = "Kafka consumer group lag keeps growing on topic payments.\nAdd partitions and scale the consumer group out.\n"
 NGINX = """<html><head><title>Nginx 502 Bad Gateway</title></head><body><h1>Nginx 502 Bad Gateway</h1>
 <p>The php-fpm upstream pool is exhausted and nginx answers 502.</p><h2>Fix</h2><p>Raise pm.max_children in the
