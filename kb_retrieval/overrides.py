@@ -59,7 +59,7 @@ FIXED: dict[str, str] = {
     ),
     **dict.fromkeys(("embed_model", "query_encoder", "model_cache_dir"), _MODEL),
     **dict.fromkeys(
-        ("vector_store_mode", "lookup_plan", "memory_plan_max_mb", "state_snapshots", "search_params"), _BUILT
+        ("vector_store_mode", "lookup_plan", "state_snapshots", "search_params"), _BUILT
     ),
     **dict.fromkeys(
         (

@@ -19,6 +19,7 @@ from pydantic import Field
 
 from kb_retrieval.config import KBSettings
 from kb_retrieval.models import LookupResult
+from kb_retrieval.overrides import INSTEAD
 from kb_retrieval.result import agent_text, evidence_nodes, sidecar_comparison
 from kb_retrieval.retriever import run_in_pool
 
@@ -39,7 +40,8 @@ def split_engine_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[st
     """``as_query_engine``'s keyword arguments as (the retriever's, ``RetrieverQueryEngine.from_args``'s); an
     argument neither takes raises ``TypeError`` naming it."""
     synth_names = set(inspect.signature(RetrieverQueryEngine.from_args).parameters) - {"retriever", "llm", "kwargs"}
-    retriever_names = RETRIEVER_KWARGS | set(KBSettings.model_fields)
+    # VectorIndexRetriever's knobs go to the retriever too, which says what to use instead (kb_retrieval.overrides).
+    retriever_names = RETRIEVER_KWARGS | set(KBSettings.model_fields) | set(INSTEAD)
     retriever = {k: v for k, v in kwargs.items() if k in retriever_names}
     synth = {k: v for k, v in kwargs.items() if k in synth_names and k not in retriever}
     if unknown := sorted(set(kwargs) - set(retriever) - set(synth)):
