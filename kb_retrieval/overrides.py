@@ -58,9 +58,7 @@ FIXED: dict[str, str] = {
         _SCHEMA,
     ),
     **dict.fromkeys(("embed_model", "query_encoder", "model_cache_dir"), _MODEL),
-    **dict.fromkeys(
-        ("vector_store_mode", "lookup_plan", "state_snapshots", "search_params"), _BUILT
-    ),
+    **dict.fromkeys(("vector_store_mode", "lookup_plan", "state_snapshots", "search_params"), _BUILT),
     **dict.fromkeys(
         (
             "index_type",
