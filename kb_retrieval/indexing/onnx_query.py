@@ -411,8 +411,24 @@ def query_encoder(settings: Settings, embed_model: BaseEmbedding | None = None) 
                 DEFAULT_THREADS,
             )
         except Exception as exc:
-            logger.warning("ONNX query encoder unavailable, embedding queries with the model itself: %s", exc)
+            # The export and the session depend on the torch / onnx / onnxruntime releases installed: say which.
+            logger.warning(
+                "ONNX query encoder unavailable, embedding queries with the model itself: %s (%s)", exc, _versions()
+            )
     return load_embed_model(settings.embed_model, settings.embed_batch_size)
+
+
+def _versions() -> str:
+    """The installed releases the ONNX export depends on, e.g. ``torch 2.13.0, onnx 1.23.2, onnxruntime 1.32.0``."""
+    from importlib import metadata
+
+    found = []
+    for name in ("torch", "onnx", "onnxruntime"):
+        try:
+            found.append(f"{name} {metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            found.append(f"{name} not installed")
+    return ", ".join(found)
 
 
 @lru_cache(maxsize=8)
