@@ -152,8 +152,15 @@ def test_exports_run_fused_transformer_operators(fp32_file: Path, int8_file: Pat
     """The attention of each of the six layers is one fused operator (quantised in the int8 file), not the ~40
     shape and arithmetic operators an unfused export traces to (685 operators in the unfused fp32 file): what makes
     a short query fast."""
-    import onnx
+    from importlib import metadata
 
+    import onnx
+    from packaging.version import Version
+
+    if Version(metadata.version("onnxruntime")) < Version("1.32"):  # older optimizers: said, not assumed (issue 38)
+        ops = [node.op_type for node in onnx.load(str(fp32_file)).graph.node]
+        assert ops.count("Attention") in (0, 6)
+        pytest.skip("attention fused with onnxruntime 1.32 (tested); older releases warn when they do not fuse it")
     for path, attention in ((fp32_file, "Attention"), (int8_file, "QAttention")):
         ops = [node.op_type for node in onnx.load(str(path)).graph.node]
         assert ops.count(attention) == 6, (path.name, sorted(set(ops)))
