@@ -7,12 +7,12 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test lint typecheck unit bench eval baselines clean
+.PHONY: install demo test lint typecheck unit bench eval baselines clean deps-lowest
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -c .ci/constraints-dev.txt -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -29,6 +29,11 @@ typecheck: $(STAMP)
 
 test: lint typecheck
 	$(BIN)/pytest
+
+# The other end of the dependency ranges: the lowest torch / onnxruntime / onnx / llama-index-embeddings-huggingface
+# pyproject.toml allows, in .venv-deps-lowest, and the tests that depend on them (.ci/deps-matrix says which).
+deps-lowest:
+	.ci/deps-matrix lowest
 
 # Pure-logic tests (the `unit` marker: no model, no Milvus, no database server), for a fast edit-test loop.
 unit: $(STAMP)

@@ -37,6 +37,7 @@ from kb_retrieval.cli_args import (
     settings_from_args,
 )
 from kb_retrieval.config import Settings
+from kb_retrieval.knowledge.loader import INGESTED_SUFFIXES
 from kb_retrieval.output import result_json
 from kb_retrieval.reporting import LOCAL_REPORTS_DIR, display_path
 
@@ -68,11 +69,21 @@ COMPARE_MODULE = "sidecar.compare"
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from kb_retrieval.indexing.ingest import ingest
+    from kb_retrieval.indexing.ingest import ingest, remove_root
 
-    summary = ingest(args.kb_dirs, settings_from_args(args), progress=not args.json)
+    settings = settings_from_args(args)
+    if not args.kb_dirs and not args.remove_root:
+        print("error: give a knowledge-base folder to ingest, or --remove-root ROOT", file=sys.stderr)
+        return 2
+    for root in args.remove_root:
+        removed = remove_root(root, settings)
+        message = f"removed root {root}: {removed.documents_removed} documents, {removed.chunks_removed} chunks"
+        print(message, file=sys.stderr if args.json else sys.stdout)
+    if not args.kb_dirs:
+        return 0
+    summary = ingest(args.kb_dirs, settings, progress=not args.json)
     for folder in summary.empty_kb_dirs:
-        print(f"warning: no Markdown document found in {folder}", file=sys.stderr)
+        print(f"warning: no document found in {folder}", file=sys.stderr)
     if args.json:
         print(summary.model_dump_json())
     else:
@@ -85,8 +96,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             f"skipped files: {summary.skipped_files}{' (each named in a warning above)' if summary.skipped else ''}\n"
             f"seconds: {summary.seconds}"
         )
-    if summary.documents == 0:  # a wrong folder, or one holding no .md files: say so, and fail scripts
-        print("error: no document ingested (0 Markdown documents in the folders given)", file=sys.stderr)
+    if summary.documents == 0:  # a wrong folder, or one holding no file of an ingested type: say so, and fail scripts
+        print(
+            f"error: no document ingested (no {', '.join(INGESTED_SUFFIXES)} document in the folders given)",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
@@ -437,8 +451,22 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("ingest", help="index Markdown knowledge-base folders into Milvus (incremental)")
-    p.add_argument("kb_dirs", nargs="+", metavar="KB_DIR", help="a folder of Markdown files (.md); several allowed")
+    p = sub.add_parser("ingest", help="index knowledge-base folders into Milvus (incremental)")
+    p.add_argument(
+        "kb_dirs",
+        nargs="*",
+        metavar="KB_DIR",
+        help=f"a folder of documents ({', '.join(INGESTED_SUFFIXES)}; other files are skipped and named); several "
+        "allowed; a folder inside one already ingested is refused",
+    )
+    p.add_argument(
+        "--remove-root",
+        action="append",
+        default=[],
+        metavar="ROOT",
+        help="take a knowledge-base folder (as ingested) out of the collection: its documents, L0 entries and "
+        "document vectors; several allowed; runs before any folder given is ingested",
+    )
     add_location_arguments(p)
     p.add_argument(
         "--batch-size", type=int, metavar="N", help="texts embedded per model call (KB_EMBED_BATCH_SIZE; default 32)"

@@ -37,6 +37,7 @@ from kb_retrieval.indexing.milvus import connect, ensure_collection, features_of
 from kb_retrieval.indexing.model_check import check_query_model
 from kb_retrieval.indexing.onnx_query import query_encoder
 from kb_retrieval.models import Candidate, LookupResult, QueryTransform
+from kb_retrieval.overrides import check_overrides
 from kb_retrieval.pipeline import Pipeline, Resources
 from kb_retrieval.query_engine import KnowledgeQueryEngine
 from kb_retrieval.result import agent_text, assemble_result, evidence_nodes
@@ -140,6 +141,18 @@ class KnowledgeLookup:
         if self.beside is None and self.settings.sidecar_enabled:
             self.beside = load_runner(self.settings.sidecar_factory, self.settings, self.embed_model)
 
+    @classmethod
+    def from_documents(
+        cls, documents: Any, settings: KBSettings | None = None, *, embed_model: BaseEmbedding | None = None, **kw: Any
+    ) -> KnowledgeLookup:
+        """Ingest LlamaIndex ``Document`` s or nodes (:func:`~kb_retrieval.indexing.ingest.ingest`; ``kw``: its
+        ``root``, ``name``), then the pipeline over the collection, as ``VectorStoreIndex.from_documents`` does."""
+        from kb_retrieval.indexing.ingest import ingest
+
+        settings = settings or KBSettings()
+        ingest(list(documents), settings, embed_model=embed_model, **kw)
+        return cls(settings, embed_model=embed_model)
+
     # --- state and pipeline ---------------------------------------------------------------------------
 
     def _build_pipeline(self, state: RetrievalState) -> Pipeline:
@@ -198,10 +211,7 @@ class KnowledgeLookup:
         Example:
             >>> wide = lookup.with_settings(top_k=50, max_evidence_blocks=10)  # doctest: +SKIP
         """
-        if unknown := sorted(set(overrides) - set(KBSettings.model_fields)):
-            raise ValueError(
-                f"unknown setting(s) {', '.join(unknown)}; valid: {', '.join(sorted(KBSettings.model_fields))}"
-            )
+        check_overrides(overrides, self.settings)  # what needs another client, collection or model is refused
         settings = self.settings.model_copy(update=overrides)
         KBSettings.model_validate(settings.model_dump())  # overrides are validated like any setting
         return self._variant(settings, self._callback_manager)
@@ -356,14 +366,16 @@ class KnowledgeLookup:
         """A query engine as ``BaseIndex.as_query_engine`` makes one.
 
         With ``llm``: ``RetrieverQueryEngine.from_args(self.as_retriever(...), llm=llm, response_mode=...)``, an
-        answer synthesised over the evidence nodes. Without: the agent's evidence text as the response
+        answer synthesised over the evidence nodes; without, ``llama_index.core.Settings.llm`` when one is set.
+        Without either: the agent's evidence text as the response
         (:class:`~kb_retrieval.query_engine.KnowledgeQueryEngine`). ``kwargs`` are the retriever's
         (``similarity_top_k``, ``filters``, settings) or ``RetrieverQueryEngine.from_args``'s; anything else raises.
         """
-        from kb_retrieval.query_engine import split_engine_kwargs
+        from kb_retrieval.query_engine import configured_llm, split_engine_kwargs
 
         retriever_kwargs, synth_kwargs = split_engine_kwargs(kwargs)
         retriever = self.as_retriever(**retriever_kwargs)
+        llm = llm if llm is not None else configured_llm()  # llama_index.core.Settings.llm, when one is set
         if llm is None:
             if response_mode is not None or synth_kwargs:
                 given = ", ".join(sorted([*synth_kwargs, *(["response_mode"] if response_mode is not None else [])]))
@@ -377,11 +389,12 @@ class KnowledgeLookup:
             synth_kwargs["response_mode"] = response_mode
         return RetrieverQueryEngine.from_args(retriever, llm=llm, **synth_kwargs)
 
-    def as_tool(self) -> FunctionTool:
-        """The ``lookup_knowledge`` FunctionTool over this pipeline."""
+    def as_tool(self, **kwargs: Any) -> FunctionTool:
+        """The ``lookup_knowledge`` FunctionTool over this pipeline; ``name``, ``description``, ``filters``: see
+        :func:`~kb_retrieval.tool.make_lookup_tool` (several knowledge bases in one agent)."""
         from kb_retrieval.tool import make_lookup_tool
 
-        return make_lookup_tool(self)
+        return make_lookup_tool(self, **kwargs)
 
     def close(self) -> None:
         self.traces.close()

@@ -4,7 +4,8 @@ the comparison under ``sidecar``).
 
 ``KnowledgeLookup.as_query_engine(llm=...)`` gives the engine that writes an answer with an LLM:
 ``RetrieverQueryEngine.from_args(lookup.as_retriever(), llm=llm)``; :func:`split_engine_kwargs` routes its other
-arguments, as ``BaseIndex.as_query_engine`` does.
+arguments, as ``BaseIndex.as_query_engine`` does, and without ``llm=`` it uses ``Settings.llm`` when one is set
+(:func:`configured_llm`); with none set it stays LLM-free.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pydantic import Field
 
 from kb_retrieval.config import KBSettings
 from kb_retrieval.models import LookupResult
+from kb_retrieval.overrides import INSTEAD
 from kb_retrieval.result import agent_text, evidence_nodes, sidecar_comparison
 from kb_retrieval.retriever import run_in_pool
 
@@ -25,11 +27,21 @@ from kb_retrieval.retriever import run_in_pool
 RETRIEVER_KWARGS = frozenset({"similarity_top_k", "filters", "callback_manager"})
 
 
+def configured_llm() -> Any:
+    """``llama_index.core.Settings.llm`` when a program set one, else None (``Settings.llm`` itself would resolve the
+    OpenAI default, which needs a key and a network): what ``as_query_engine()`` falls back to, as
+    ``BaseIndex.as_query_engine`` does."""
+    from llama_index.core import Settings
+
+    return Settings._llm
+
+
 def split_engine_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """``as_query_engine``'s keyword arguments as (the retriever's, ``RetrieverQueryEngine.from_args``'s); an
     argument neither takes raises ``TypeError`` naming it."""
     synth_names = set(inspect.signature(RetrieverQueryEngine.from_args).parameters) - {"retriever", "llm", "kwargs"}
-    retriever_names = RETRIEVER_KWARGS | set(KBSettings.model_fields)
+    # VectorIndexRetriever's knobs go to the retriever too, which says what to use instead (kb_retrieval.overrides).
+    retriever_names = RETRIEVER_KWARGS | set(KBSettings.model_fields) | set(INSTEAD)
     retriever = {k: v for k, v in kwargs.items() if k in retriever_names}
     synth = {k: v for k, v in kwargs.items() if k in synth_names and k not in retriever}
     if unknown := sorted(set(kwargs) - set(retriever) - set(synth)):

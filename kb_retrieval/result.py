@@ -291,5 +291,7 @@ def evidence_nodes(result: LookupResult, sidecar: dict[str, Any] | None = None) 
             excluded_llm_metadata_keys=list(DEBUG_METADATA),
             excluded_embed_metadata_keys=list(DEBUG_METADATA),
         )
-        nodes.append(NodeWithScore(node=node, score=block.score))
+        # The node's score is the similarity in [0, 1] that stock postprocessors (SimilarityPostprocessor) threshold;
+        # the order is the rerank's, whose score (similarity + boosts, unbounded) is metadata["score"].
+        nodes.append(NodeWithScore(node=node, score=block.similarity))
     return nodes

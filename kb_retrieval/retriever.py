@@ -1,8 +1,10 @@
 """The whole ``lookup_knowledge`` pipeline as a LlamaIndex ``BaseRetriever``.
 
 Its nodes are the evidence: one per document, node id = the source id (so ``RetrieverEvaluator`` compares them
-with golden ``expected_docs`` as they are), score = the final rerank score, and the trace/debug metadata excluded
-from what an LLM or an embedding model sees. Every call is a full lookup, recorded in the trace store.
+with golden ``expected_docs`` as they are), score = the similarity of the document's best chunk in [0, 1] (what
+``SimilarityPostprocessor(similarity_cutoff=...)`` thresholds), the nodes in the pipeline's order, whose final rerank
+score (similarity + named boosts, not bounded) is ``metadata["score"]``; the trace/debug metadata is excluded from
+what an LLM or an embedding model sees. Every call is a full lookup, recorded in the trace store.
 
 Knobs as ``VectorIndexRetriever`` names them (``lookup.as_retriever(similarity_top_k=..., filters=...)``):
 ``similarity_top_k`` is the number of evidence documents returned at most, ``filters`` a ``MetadataFilters``

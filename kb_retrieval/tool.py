@@ -6,15 +6,20 @@ Nothing is injected into responses implicitly: the agent decides to call the too
 Errors never escape to the agent as exceptions: an empty query or an unexpected failure comes back as a short text
 saying what was wrong (``raw_output`` is then that text).
 
+Several knowledge bases in one agent: one tool each, named and described apart (``as_tool(name=..., description=...,
+filters=...)``); ``filters`` scopes every lookup of the tool (e.g. one team's documents of a shared collection).
+
 Example:
     >>> tool = lookup.as_tool()  # doctest: +SKIP
+    >>> db_tool = other.as_tool(name="lookup_database_runbooks", description="Database runbooks ...")  # doctest: +SKIP
     >>> agent = FunctionAgent(tools=[tool], llm=llm)  # doctest: +SKIP
     >>> tool.call(query="etcd has no leader").raw_output.evidence_blocks[0].source  # doctest: +SKIP
 """
 
 # No ``from __future__ import annotations`` here: the tool's schema is built from the live annotations.
 import logging
-from typing import Annotated
+import re
+from typing import Annotated, Any
 
 from llama_index.core.tools import FunctionTool, ToolOutput
 from pydantic import Field
@@ -38,26 +43,43 @@ QUERY_DESCRIPTION = (
 )
 
 
-def make_lookup_tool(lookup: SupportsLookup) -> FunctionTool:
+#: What LLM providers accept as a function name (OpenAI: 1-64 of letters, digits, '_' and '-').
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def make_lookup_tool(
+    lookup: SupportsLookup,
+    *,
+    name: str = TOOL_NAME,
+    description: str = TOOL_DESCRIPTION,
+    filters: Any = None,
+) -> FunctionTool:
+    """The lookup as a ``FunctionTool`` named ``name`` (``lookup_knowledge``), described by ``description``, every
+    lookup scoped by ``filters`` (a ``MetadataFilters``; refused here when the collection cannot apply it)."""
+    if not _TOOL_NAME.match(name):
+        raise ValueError(f"tool name {name!r}: use 1-64 letters, digits, '_' or '-' (what LLM providers accept)")
+    if not description.strip():
+        raise ValueError("tool description is empty: say which knowledge base the tool looks up")
+    if filters is not None:
+        lookup.scope_expr(filters)  # type: ignore[attr-defined]  # an unknown key or operator raises now
+
     def lookup_knowledge(query: Annotated[str, Field(description=QUERY_DESCRIPTION)]) -> LookupResult | str:
         """Look up the knowledge base for a question or an alert text."""
         try:
-            return lookup.lookup(query)
+            return lookup.lookup(query) if filters is None else lookup.lookup(query, filters=filters)  # type: ignore[call-arg]
         except EmptyQueryError as exc:
-            return f"lookup_knowledge error: {exc}"
+            return f"{name} error: {exc}"
         except Exception as exc:  # the agent gets a message, never a stack trace
-            log.exception("lookup_knowledge failed")
-            return f"lookup_knowledge error: the lookup failed ({type(exc).__name__}); no evidence returned."
+            log.exception("%s failed", name)
+            return f"{name} error: the lookup failed ({type(exc).__name__}); no evidence returned."
 
     def to_output(raw: LookupResult | str) -> ToolOutput | None:
         # The agent reads the evidence text; code handling the call gets the structured result as raw_output.
         if isinstance(raw, LookupResult):
             query = raw.query_transform.original_query
             return ToolOutput(
-                content=agent_text(raw), tool_name=TOOL_NAME, raw_input={"kwargs": {"query": query}}, raw_output=raw
+                content=agent_text(raw), tool_name=name, raw_input={"kwargs": {"query": query}}, raw_output=raw
             )
         return None
 
-    return FunctionTool.from_defaults(
-        fn=lookup_knowledge, name=TOOL_NAME, description=TOOL_DESCRIPTION, callback=to_output
-    )
+    return FunctionTool.from_defaults(fn=lookup_knowledge, name=name, description=description, callback=to_output)

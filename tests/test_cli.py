@@ -201,10 +201,11 @@ def test_symlinked_folder_and_empty_ingest_are_reported(tmp_path, capsys, caplog
     state = str(tmp_path / "state")
     empty = tmp_path / "empty"
     (empty / "notes").mkdir(parents=True)
-    (empty / "notes" / "readme.txt").write_text("not Markdown")
+    (empty / "notes" / "diagram.png").write_bytes(b"\x89PNG\r\n")  # a file type ingest does not read
     code, out, err = run(capsys, "ingest", str(empty), "--state-dir", state)
-    assert code == 1 and "documents: 0" in out
-    assert f"warning: no Markdown document found in {empty}" in err and "error: no document ingested" in err
+    assert code == 1 and "documents: 0" in out and "skipped files: 1" in out
+    assert "notes/diagram.png: unsupported file type .png" in err + caplog.text
+    assert f"warning: no document found in {empty}" in err and "error: no document ingested" in err
     code, out, err = run(capsys, "ingest", str(empty), "--state-dir", state, "--json")
     assert code == 1 and json.loads(out)["empty_kb_dirs"] == [str(empty)]
 

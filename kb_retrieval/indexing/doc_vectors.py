@@ -220,7 +220,8 @@ def write_doc_vectors(
             row_hash = _row_hash(doc, settings, chunk_ids.get(doc.source_id, ()))
             if existing.get(doc.source_id, {}).get("row_hash") != row_hash:
                 todo.append((doc, kb.kb_id, row_hash))
-        deletes += sorted(s for s, row in existing.items() if row["kb"] == kb.kb_id and s not in current)
+        if kb.complete:  # documents handed in by a program are upserted: the root may hold others
+            deletes += sorted(s for s, row in existing.items() if row["kb"] == kb.kb_id and s not in current)
     seconds = 0.0
     bar = progress_bar(len(todo), "document vectors", "doc", enabled=progress)
     for start in range(0, len(todo), WRITE_BATCH):

@@ -1,4 +1,4 @@
-"""Incremental, idempotent ingest of one or more knowledge-base folders into one Milvus collection.
+"""Incremental, idempotent ingest of knowledge-base folders and LlamaIndex documents into one Milvus collection.
 
 The collection itself is the record of what was ingested: every row carries its source, its KB folder and its
 document's content hash, and chunk ids derive from (source, content hash, position). So a re-run over an unchanged
@@ -8,6 +8,11 @@ The L0 index is written the same way, one row per document in the companion coll
 (:mod:`kb_retrieval.indexing.l0_index`), and so are the document vectors, in ``<collection>_docs``
 (:mod:`kb_retrieval.indexing.doc_vectors`); every run that wrote anything publishes a new index version
 (:mod:`kb_retrieval.indexing.index_version`) for long-lived readers.
+
+LlamaIndex ``Document`` s and nodes come in the same way (:mod:`kb_retrieval.knowledge.documents`: identity from
+``file_path``, else ``ref_doc_id`` / ``doc_id``); they are upserted, where a folder's run also removes the documents
+no longer in it. Roots never overlap: a folder inside (or around) a folder already in the collection is refused,
+because its files would come back a second time under other source ids; :func:`remove_root` takes a root out.
 
 Example:
     >>> summary = ingest(["kb_retrieval/sample_kb"], Settings(state_dir=".kb-state"))  # doctest: +SKIP
@@ -27,13 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.schema import BaseNode
 from pydantic import BaseModel, Field
 
 from kb_retrieval.config import Settings
 from kb_retrieval.indexing.doc_vectors import ensure_doc_vectors_collection, write_doc_vectors
 from kb_retrieval.indexing.embeddings import embed_passages, word_piece_limit
 from kb_retrieval.indexing.index_version import ensure_meta_collection, publish_version
-from kb_retrieval.indexing.ingest_record import read_ingest_record, record_ingest
+from kb_retrieval.indexing.ingest_record import forget_root, read_ingest_record, record_ingest
 from kb_retrieval.indexing.l0_index import L0Index, ensure_l0_collection, l0_content_hash, write_l0
 from kb_retrieval.indexing.milvus import (
     METADATA_KEYS,
@@ -47,6 +53,7 @@ from kb_retrieval.indexing.milvus import (
 from kb_retrieval.indexing.model_check import model_id
 from kb_retrieval.indexing.onnx_query import passage_encoder
 from kb_retrieval.knowledge.chunker import Chunk, chunk_document
+from kb_retrieval.knowledge.documents import knowledge_base_from_documents
 from kb_retrieval.knowledge.loader import (
     KbDocument,
     KnowledgeBaseError,
@@ -112,20 +119,80 @@ class _Existing:
 
 
 def ingest(
-    kb_dirs: Sequence[str | Path],
+    kb_dirs: Sequence[str | Path | BaseNode],
     settings: Settings,
     *,
     embed_model: BaseEmbedding | None = None,
     progress: bool = False,
+    root: str | Path | None = None,
+    name: str | None = None,
 ) -> IngestSummary:
-    """Bring the collection and the L0 index in line with the given KB folders. Other folders are untouched."""
+    """Bring the collection and the L0 index in line with the given KB folders and documents. Other roots are
+    untouched.
+
+    ``kb_dirs``: folders, LlamaIndex ``Document`` s or nodes (``SimpleDirectoryReader(...).load_data()``, an
+    ``IngestionPipeline``'s output), or both. The documents form one root of their own (``root``: the folder their
+    ``file_path`` s are relative to; ``name``: its identity when they are not files; see
+    :func:`~kb_retrieval.knowledge.documents.knowledge_base_from_documents`).
+    """
     started = time.perf_counter()
     if not kb_dirs:
-        raise KnowledgeBaseError("no knowledge-base folder given")
+        raise KnowledgeBaseError("no knowledge-base folder or document given")
+    folders = [d for d in kb_dirs if isinstance(d, str | Path)]
+    nodes = [d for d in kb_dirs if isinstance(d, BaseNode)]
+    if other := [d for d in kb_dirs if not isinstance(d, str | Path | BaseNode)]:
+        raise TypeError(
+            f"ingest() takes folders (str or Path) and LlamaIndex Documents or nodes, got {type(other[0]).__name__}"
+        )
     kbs = [
         load_knowledge_base(d, category_from=settings.category_from, max_file_bytes=settings.max_file_bytes)
-        for d in kb_dirs
+        for d in folders
     ]
+    if nodes:
+        kbs.append(
+            knowledge_base_from_documents(
+                nodes,
+                root=root,
+                name=name,
+                category_from=settings.category_from,
+                max_file_bytes=settings.max_file_bytes,
+            )
+        )
+    empty = [str(given) for given, kb in zip(folders, kbs, strict=False) if not kb.documents]
+    return _apply(kbs, settings, embed_model=embed_model, progress=progress, empty=empty, started=started)
+
+
+def remove_root(root: str | Path, settings: Settings) -> IngestSummary:
+    """Take a knowledge-base root out of the collection: its chunks, L0 entries and document vectors (a folder as
+    given to ingest, or ``documents:<name>`` for documents handed in by a program). Raises
+    ``KnowledgeBaseError`` naming the roots there are when ``root`` is not one of them."""
+    started = time.perf_counter()
+    client = connect(settings)
+    ensure_collection(client, settings, create=False)
+    roots = {entry.kb for entry in _existing_rows(client, settings).values()}
+    given = str(root)
+    kb_id = given if given in roots else Path(given).resolve().as_posix()
+    if kb_id not in roots:
+        raise KnowledgeBaseError(
+            f"{given} is not a knowledge-base root of collection '{settings.collection}'; its roots: "
+            f"{', '.join(sorted(roots)) or 'none'}"
+        )
+    kb = LoadedKnowledgeBase(Path(kb_id), [], [], name="" if kb_id.startswith("/") else kb_id)
+    summary = _apply([kb], settings, embed_model=None, progress=False, empty=[], started=started)
+    forget_root(client, settings, kb_id)
+    return summary
+
+
+def _apply(
+    kbs: list[LoadedKnowledgeBase],
+    settings: Settings,
+    *,
+    embed_model: BaseEmbedding | None,
+    progress: bool,
+    empty: list[str],
+    started: float,
+) -> IngestSummary:
+    """Write ``kbs`` (each root's documents; a complete root's others removed) and publish the index version."""
     _refuse_duplicate_sources(kbs)
     skipped = [s for kb in kbs for s in kb.skipped]  # each already warned about by the loader
     for kb in kbs:
@@ -141,12 +208,13 @@ def ingest(
     ensure_doc_vectors_collection(client, settings)
     ensure_meta_collection(client, settings)
     existing = _existing_rows(client, settings)
+    _refuse_nested_roots(kbs, {entry.kb for entry in existing.values()}, settings)
     plans, removed = _plan(kbs, existing, settings)
 
     summary = IngestSummary(
         skipped_files=len(skipped),
         skipped=[SkippedEntry(source=s.source_id, reason=s.reason) for s in skipped],
-        empty_kb_dirs=[str(given) for given, kb in zip(kb_dirs, kbs, strict=True) if not kb.documents],
+        empty_kb_dirs=empty,
     )
     model = embed_model
     to_write = [c for plan in plans for c in plan.missing]
@@ -214,18 +282,40 @@ def _record(
     if model_name and not embedded and read_ingest_record(client, settings).embed_model:
         model_name = ""
     keys = {*METADATA_KEYS, *(key for kb in kbs for doc in kb.documents for key in doc.metadata)}
-    record_ingest(client, settings, embed_model=model_name, roots=[kb.kb_id for kb in kbs], metadata_keys=keys)
+    # The roots map a stock node's file_path to a source id: folders only (a named document set has no folder).
+    roots = [kb.kb_id for kb in kbs if not kb.name and kb.documents]
+    record_ingest(client, settings, embed_model=model_name, roots=roots, metadata_keys=keys)
 
 
 def _refuse_duplicate_sources(kbs: list[LoadedKnowledgeBase]) -> None:
-    owner: dict[str, Path] = {}
+    owner: dict[str, str] = {}
     for kb in kbs:
         for doc in kb.documents:
-            if doc.source_id in owner and owner[doc.source_id] != kb.root:
+            if doc.source_id in owner and owner[doc.source_id] != kb.kb_id:
                 raise KnowledgeBaseError(
-                    f"source id '{doc.source_id}' comes from two folders: {owner[doc.source_id]} and {kb.root}"
+                    f"source id '{doc.source_id}' comes from two roots: {owner[doc.source_id]} and {kb.kb_id}"
                 )
-            owner[doc.source_id] = kb.root
+            owner[doc.source_id] = kb.kb_id
+
+
+def _refuse_nested_roots(kbs: list[LoadedKnowledgeBase], existing: set[str], settings: Settings) -> None:
+    """A folder inside (or holding) another root, in the collection or given with it, is refused: its files would
+    be ingested a second time under other source ids (``nginx/502.md`` beside ``502.md``), and both would answer.
+    The same folder again is the same root (an update)."""
+    given = [kb.kb_id for kb in kbs if not kb.name and kb.documents]
+    for kb_id in given:
+        for other in sorted(existing | set(given)):
+            if other == kb_id or not other.startswith("/"):
+                continue
+            inner, outer = (kb_id, other) if Path(kb_id).is_relative_to(other) else (other, kb_id)
+            if not Path(inner).is_relative_to(outer):
+                continue
+            where = f"already in collection '{settings.collection}'" if other in existing else "given too"
+            raise KnowledgeBaseError(
+                f"knowledge-base folder {inner} is inside {outer} ({where}): its documents would be ingested twice "
+                f"under two roots; ingest {outer} alone (its subfolders come with it), or take the root out first "
+                f"with `kb-retrieval ingest --remove-root {other}`"
+            )
 
 
 def _fit_limits(documents: list[KbDocument]) -> tuple[list[KbDocument], list[SkippedFile]]:
@@ -280,7 +370,7 @@ def _plan(
                 )
             )
         for source, entry in sorted(existing.items()):
-            if entry.kb == kb.kb_id and source not in current:
+            if kb.complete and entry.kb == kb.kb_id and source not in current:
                 removed[source] = sorted(entry.ids)
     return plans, removed
 

@@ -65,7 +65,7 @@ def record_ingest(
         rows.append((MODEL_KEY, embed_model))
     for root in roots:
         path = os.path.realpath(root)
-        rows.append((ROOT_PREFIX + hashlib.sha256(path.encode()).hexdigest()[:16], path))
+        rows.append((_root_key(path), path))
     rows += [(FIELD_PREFIX + key, "metadata") for key in sorted(set(metadata_keys))]
     kept = [(k, v) for k, v in rows if len(k) <= _MAX_KEY and len(v) <= _MAX_VALUE]
     if len(kept) < len(rows):
@@ -74,6 +74,17 @@ def record_ingest(
         )
     if kept:
         client.upsert(name, [{"key": k, "value": v, SIDE_VECTOR_FIELD: list(SIDE_VECTOR)} for k, v in kept])
+
+
+def _root_key(path: str) -> str:
+    return ROOT_PREFIX + hashlib.sha256(path.encode()).hexdigest()[:16]
+
+
+def forget_root(client: MilvusClient, settings: KBSettings, root: str | Path) -> None:
+    """Take a root out of the record (``kb-retrieval ingest --remove-root``)."""
+    name = meta_collection_name(settings)
+    if client.has_collection(name):
+        client.delete(name, ids=[_root_key(os.path.realpath(root))])
 
 
 def read_ingest_record(client: MilvusClient, settings: KBSettings) -> IngestRecord:

@@ -222,7 +222,8 @@ def write_l0(
             row = l0_row(doc, kb.kb_id, chunk_ids.get(doc.source_id, ()))
             if existing.get(doc.source_id, {}).get("row_hash") != row["row_hash"]:
                 upserts.append({**row, SIDE_VECTOR_FIELD: list(SIDE_VECTOR)})
-        deletes += sorted(s for s, row in existing.items() if row["kb"] == kb.kb_id and s not in current)
+        if kb.complete:  # documents handed in by a program are upserted: the root may hold others
+            deletes += sorted(s for s, row in existing.items() if row["kb"] == kb.kb_id and s not in current)
     for start in range(0, len(upserts), WRITE_BATCH):
         client.upsert(name, upserts[start : start + WRITE_BATCH])
     for start in range(0, len(deletes), WRITE_BATCH):

@@ -1,4 +1,4 @@
-"""Load a folder of Markdown documents with optional YAML frontmatter.
+"""Load a folder of Markdown documents with optional YAML frontmatter (and text and HTML files beside them).
 
 Frontmatter keys ``title``, ``keywords`` (list or comma string), ``category`` or ``domain`` and ``entities`` (list)
 are understood; other keys are kept as metadata. Missing fields are derived: the title from the first H1, else the
@@ -7,7 +7,12 @@ file name and title (alert names), and the headings.
 
 A file that cannot be used (binary, unreadable, empty, broken frontmatter, too large, frontmatter that expands past
 its bounds through YAML aliases, a symlink leaving the root) is skipped with a reason; the rest of the knowledge
-base still loads.
+base still loads. Text files (``.txt``) load as Markdown without headings; HTML pages (``.html``, ``.htm``) are read
+into Markdown-like text, their ``<title>`` as the title (:mod:`kb_retrieval.knowledge.html`). Every other file is
+skipped with its reason (the file types ingested), never dropped without a word.
+
+:func:`document_from_text` is the one place a text and its frontmatter-like metadata become a
+:class:`KbDocument`: LlamaIndex ``Document`` s come in through it too (:mod:`kb_retrieval.knowledge.documents`).
 
 Example:
     >>> kb = load_knowledge_base("kb_retrieval/sample_kb")  # doctest: +SKIP
@@ -30,11 +35,15 @@ from typing import Any, Literal
 
 import yaml
 
+from kb_retrieval.knowledge.html import HTML_SUFFIXES, html_to_text
 from kb_retrieval.knowledge.text import heading, is_fence
 
 log = logging.getLogger(__name__)
 
 MARKDOWN_SUFFIXES = (".md", ".markdown")
+TEXT_SUFFIXES = (".txt",)
+#: The file types a knowledge-base folder is read for; any other file is skipped and named in the summary.
+INGESTED_SUFFIXES = (*MARKDOWN_SUFFIXES, *TEXT_SUFFIXES, *HTML_SUFFIXES)
 #: Bumped whenever the rows written for an unchanged file change (2: breadcrumbs start at the opening H1).
 ROWS_VERSION = 2
 #: Frontmatter values (scalars, lists, mappings) at most, aliases expanded: far above any real document's.
@@ -86,14 +95,23 @@ class KbDocument:
 
 @dataclass
 class LoadedKnowledgeBase:
+    """One knowledge-base root: a folder, or a set of LlamaIndex documents (``name``: its identity, then).
+
+    ``complete``: the documents are all the root holds, so ingest removes the root's other documents from the
+    collection (a folder); False for documents handed in by a program, which are upserted (as LlamaIndex's
+    ``IngestionPipeline`` upserts by ``doc_id``).
+    """
+
     root: Path
     documents: list[KbDocument]
     skipped: list[SkippedFile]
+    name: str = ""
+    complete: bool = True
 
     @property
     def kb_id(self) -> str:
-        """Identity of this KB folder inside a collection (its resolved path)."""
-        return self.root.resolve().as_posix()
+        """Identity of this KB root inside a collection (a folder's resolved path, or the documents' name)."""
+        return self.name or self.root.resolve().as_posix()
 
 
 def load_knowledge_base(
@@ -102,7 +120,7 @@ def load_knowledge_base(
     category_from: Literal["parent", "top", "none"] = "parent",
     max_file_bytes: int = 5_000_000,
 ) -> LoadedKnowledgeBase:
-    """Load every Markdown file under ``root`` (hidden files and folders excluded), in path order."""
+    """Load every Markdown, text and HTML file under ``root`` (hidden files and folders excluded), in path order."""
     root_path = Path(root)
     if not root_path.exists():
         raise KnowledgeBaseError(f"knowledge-base folder not found: {root_path}")
@@ -113,7 +131,7 @@ def load_knowledge_base(
 
     documents: list[KbDocument] = []
     skipped: list[SkippedFile] = []
-    files, linked_folders, hidden = _markdown_files(root_path)
+    files, linked_folders, hidden, other = _knowledge_files(root_path)
     for folder in linked_folders:
         source_id = folder.relative_to(root_path).as_posix() + "/"
         log.warning("skipped %s: %s", source_id, SYMLINKED_FOLDER_REASON)
@@ -122,6 +140,11 @@ def load_knowledge_base(
         source_id = path.relative_to(root_path).as_posix()
         log.warning("skipped %s: %s", source_id, HIDDEN_FILE_REASON)
         skipped.append(SkippedFile(source_id, HIDDEN_FILE_REASON))
+    for path in other:  # told too: a knowledge base exported as PDF or Word would otherwise vanish without a word
+        source_id = path.relative_to(root_path).as_posix()
+        reason = unsupported_reason(path.name)
+        log.warning("skipped %s: %s", source_id, reason)
+        skipped.append(SkippedFile(source_id, reason))
     for path in files:
         source_id = path.relative_to(root_path).as_posix()
         try:
@@ -140,12 +163,24 @@ class _Skip(Exception):
         self.reason = reason
 
 
-def _markdown_files(root: Path) -> tuple[list[Path], list[Path], list[Path]]:
-    """The Markdown files under ``root`` in path order, the symlinked folders that were not walked, and the hidden
-    Markdown files (a name starting with '.') in the folders walked."""
+#: Raised by :func:`document_from_text` for a document that cannot be used; ``.reason`` says why.
+SkipDocument = _Skip
+
+
+def unsupported_reason(name: str) -> str:
+    """Why a file of this name is not ingested: its type, and the types that are."""
+    suffix = Path(name).suffix.lower() or "(none)"
+    return f"unsupported file type {suffix} (ingested: {', '.join(INGESTED_SUFFIXES)})"
+
+
+def _knowledge_files(root: Path) -> tuple[list[Path], list[Path], list[Path], list[Path]]:
+    """The files to ingest under ``root`` in path order, the symlinked folders that were not walked, the hidden
+    files of an ingested type (a name starting with '.') and the visible files of other types, in the folders
+    walked."""
     found: list[Path] = []
     linked: list[Path] = []
     hidden: list[Path] = []
+    other: list[Path] = []
     # followlinks=False: a symlinked folder is not walked (reported instead); symlinked files are checked in
     # _load_document.
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
@@ -153,9 +188,12 @@ def _markdown_files(root: Path) -> tuple[list[Path], list[Path], list[Path]]:
         linked.extend(Path(dirpath) / d for d in visible if os.path.islink(os.path.join(dirpath, d)))
         dirnames[:] = visible
         for name in filenames:
-            if name.lower().endswith(MARKDOWN_SUFFIXES):
+            if name.lower().endswith(INGESTED_SUFFIXES):
                 (hidden if name.startswith(".") else found).append(Path(dirpath) / name)
-    return sorted(found, key=lambda p: p.relative_to(root).as_posix()), sorted(linked), sorted(hidden)
+            elif not name.startswith("."):
+                other.append(Path(dirpath) / name)
+    found.sort(key=lambda p: p.relative_to(root).as_posix())
+    return found, sorted(linked), sorted(hidden), sorted(other)
 
 
 def _load_document(path: Path, source_id: str, real_root: Path, category_from: str, max_file_bytes: int) -> KbDocument:
@@ -183,10 +221,23 @@ def _load_document(path: Path, source_id: str, real_root: Path, category_from: s
         raise _Skip(f"not UTF-8 text (byte {exc.start})") from exc
     if not text.strip():
         raise _Skip("empty file")
+    if path.name.lower().endswith(HTML_SUFFIXES):
+        page = html_to_text(text)
+        return document_from_text(source_id, page.text, category_from, raw, metadata={"title": page.title})
+    return document_from_text(source_id, text, category_from, raw)
 
+
+def document_from_text(
+    source_id: str, text: str, category_from: str, raw: bytes, *, metadata: dict[str, Any] | None = None
+) -> KbDocument:
+    """A document from its text (YAML frontmatter, if any, read off its top) and metadata given beside it (a
+    LlamaIndex ``Document``'s, over the frontmatter's keys): ``title``, ``keywords``, ``category``/``domain``,
+    ``entities`` understood, the gaps derived, the other keys kept as metadata. ``raw``: what the content hash
+    covers besides the derived fields (the file's bytes). Raises :data:`SkipDocument` with the reason."""
     frontmatter, body = _split_frontmatter(text)
+    frontmatter.update({k: v for k, v in (metadata or {}).items() if v not in (None, "", [])})
     if not body.strip():
-        raise _Skip("no content after the frontmatter")
+        raise _Skip("no content after the frontmatter" if text.strip() else "no text")
     headings = _headings(body)
     if len(headings) > MAX_SECTIONS:
         raise _Skip(

@@ -152,8 +152,15 @@ def test_exports_run_fused_transformer_operators(fp32_file: Path, int8_file: Pat
     """The attention of each of the six layers is one fused operator (quantised in the int8 file), not the ~40
     shape and arithmetic operators an unfused export traces to (685 operators in the unfused fp32 file): what makes
     a short query fast."""
-    import onnx
+    from importlib import metadata
 
+    import onnx
+    from packaging.version import Version
+
+    if Version(metadata.version("onnxruntime")) < Version("1.32"):  # older optimizers: said, not assumed (issue 38)
+        ops = [node.op_type for node in onnx.load(str(fp32_file)).graph.node]
+        assert ops.count("Attention") in (0, 6)
+        pytest.skip("attention fused with onnxruntime 1.32 (tested); older releases warn when they do not fuse it")
     for path, attention in ((fp32_file, "Attention"), (int8_file, "QAttention")):
         ops = [node.op_type for node in onnx.load(str(path)).graph.node]
         assert ops.count(attention) == 6, (path.name, sorted(set(ops)))
@@ -279,3 +286,18 @@ def test_model_cache_dir_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert Settings(query_encoder="model").query_encoder == "model"
     with pytest.raises(ValidationError):
         Settings(query_encoder="torch")
+
+
+def test_an_export_that_fails_falls_back_to_the_model_and_names_the_versions(tmp_path: Path, caplog) -> None:
+    """The export depends on the torch / onnx / onnxruntime releases installed (issue 38): when it cannot be built the
+    lookup still embeds its queries (with the model itself), and the warning says which releases were there."""
+    from importlib import metadata
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with caplog.at_level(logging.WARNING, logger="kb_retrieval.indexing.onnx_query"):
+        encoder = query_encoder(Settings(model_cache_dir=blocker / "cache", embed_batch_size=8), None)
+    assert not isinstance(encoder, OnnxQueryEmbedding) and len(encoder.get_query_embedding("disk full")) == 384
+    (warning,) = [r.getMessage() for r in caplog.records if "ONNX query encoder unavailable" in r.getMessage()]
+    for name in ("torch", "onnx", "onnxruntime"):
+        assert f"{name} {metadata.version(name)}" in warning

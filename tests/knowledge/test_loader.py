@@ -13,6 +13,7 @@ from kb_retrieval.knowledge.loader import (
     KnowledgeBaseError,
     LoadedKnowledgeBase,
     load_knowledge_base,
+    unsupported_reason,
 )
 
 pytestmark = pytest.mark.unit
@@ -168,7 +169,7 @@ def test_source_ids_relative_with_slashes_in_path_order(tmp_path: Path) -> None:
     assert all(d.kb_id == tmp_path.resolve().as_posix() for d in kb.documents)
 
 
-def test_hidden_and_non_markdown_files_ignored(tmp_path: Path) -> None:
+def test_hidden_files_ignored_and_other_types_named(tmp_path: Path) -> None:
     write(tmp_path, "a/visible.md", GOOD)
     write(tmp_path, "a/.hidden.md", GOOD)
     write(tmp_path, ".git/notes.md", GOOD)
@@ -178,13 +179,17 @@ def test_hidden_and_non_markdown_files_ignored(tmp_path: Path) -> None:
     write(tmp_path, "a/md", GOOD)
     write(tmp_path, "a/..md", GOOD)
     kb = load_knowledge_base(tmp_path)
-    assert [d.source_id for d in kb.documents] == ["a/visible.md"]
+    # Text files are ingested too (issue 38), and every other visible file is named with why (it was dropped silently).
+    assert [d.source_id for d in kb.documents] == ["a/readme.txt", "a/visible.md"]
     # Hidden folders are not walked (.git); a hidden Markdown file in a folder walked is told, not dropped silently
     # (issue 23 item 8: `..md` looks like a runbook).
     assert [(s.source_id, s.reason) for s in kb.skipped] == [
         ("a/..md", HIDDEN_FILE_REASON),
         ("a/.hidden.md", HIDDEN_FILE_REASON),
+        ("a/image.png", unsupported_reason("image.png")),
+        ("a/md", unsupported_reason("md")),
     ]
+    assert unsupported_reason("md") == "unsupported file type (none) (ingested: .md, .markdown, .txt, .html, .htm)"
 
 
 # --- bad input: skipped with a reason, the rest loads ---------------------------------------------------------------
