@@ -86,7 +86,11 @@ def assemble_result(
         rerank_trace=rerank_trace(selected),
         relevance_level=relevance(blocks, scoring),
         completeness_hint=completeness(
-            blocks, pack.summary.truncated_sources, pack.summary.omitted_sources, pack.summary.sections_left_out
+            blocks,
+            pack.summary.truncated_sources,
+            pack.summary.omitted_sources,
+            pack.summary.sections_left_out,
+            budget_tokens=pack.summary.budget_tokens,
         ),
         confidence=lead_confidence(selected, blocks, scoring.close_call_margin),
         retrieval_layer=layer(transform, attempts, blocks),
@@ -140,12 +144,23 @@ def lead_confidence(selected: AttemptResult | None, blocks: list[EvidenceBlock],
 
 
 def completeness(
-    blocks: list[EvidenceBlock], truncated: list[str], omitted: list[str], left_out: dict[str, int] | None = None
+    blocks: list[EvidenceBlock],
+    truncated: list[str],
+    omitted: list[str],
+    left_out: dict[str, int] | None = None,
+    *,
+    budget_tokens: int | None = None,
 ) -> str:
+    """How complete the packed evidence is, a code word then words. When the pack is partial, the cause named is
+    the token budget (the question found the evidence; the budget held it back)."""
     if not blocks:
         return "no_evidence"
     if omitted or truncated:
-        return "partial: context budget truncated or omitted evidence; ask a narrower question for more"
+        budget = f" ({budget_tokens} tokens)" if budget_tokens else ""
+        return (
+            f"partial: the context budget{budget} cut or left out evidence the lookup found; a larger budget "
+            "(KB_CONTEXT_BUDGET_TOKENS) gives more"
+        )
     if left_out:
         whole = "the top document whole, " if blocks[0].source not in left_out else ""
         return (

@@ -1,4 +1,4 @@
-"""What a newcomer meets on the command line, said plainly (issue 41, item 6): a state dir with no knowledge base,
+"""What a newcomer meets, said plainly (issue 41, item 6): a state dir with no knowledge base, a partial pack,
 a data dir another process holds, a query from stdin, warnings, ``--help``, the one-time encoder export."""
 
 from __future__ import annotations
@@ -85,3 +85,14 @@ def test_the_one_time_encoder_export_is_announced(tmp_path, monkeypatch, caplog)
         f"exporting the query encoder to ONNX (int8) into {tmp_path / 'cache'}: once per model and cache folder; "
         "later lookups reuse it"
     ]
+
+
+def test_a_partial_pack_names_the_budget_not_the_question():
+    from kb_retrieval.models import EvidenceBlock
+    from kb_retrieval.result import completeness
+
+    block = EvidenceBlock(source="a.md", retrieval_layer="L1", content="x", score=0.9, similarity=0.8)
+    hint = completeness([block, block], [], ["b.md"], budget_tokens=1200)
+    assert hint.startswith("partial: the context budget (1200 tokens) cut or left out evidence")
+    assert "KB_CONTEXT_BUDGET_TOKENS" in hint and "narrower question" not in hint
+    assert completeness([block], [], []).startswith("single_source:")  # a whole pack is not blamed on the budget
