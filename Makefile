@@ -47,7 +47,7 @@ eval: $(STAMP)
 # the sample KB's fixtures, the offline evaluation of them, and the sidecar comparison on the runbooks corpus.
 SHARED ?= ../shared
 baselines: $(STAMP)
-	rm -rf .kb-state/baselines golden/fixtures/sample-kb
+	rm -rf .kb-state/baselines golden/fixtures/sample-kb reports/retrieval-eval
 	$(BIN)/kb-retrieval ingest kb_retrieval/sample_kb --state-dir .kb-state/baselines/sample
 	$(BIN)/kb-retrieval fixtures record --golden golden/sample-kb.jsonl --out golden/fixtures/sample-kb \
 		--state-dir .kb-state/baselines/sample --mode sdk

@@ -113,6 +113,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     from kb_retrieval.retrieval.l1.memory import choose_plan, estimated_mirror_mb
 
     settings = settings_from_args(args)
+    require_knowledge_base(settings)
     client = connect(settings)
     ensure_collection(client, settings, create=False)
     l0 = L0Index.load_from_milvus(client, settings)
@@ -173,6 +174,19 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def require_knowledge_base(settings: Any) -> None:
+    """Stop with one line when the state dir holds no knowledge base (no Milvus Lite data dir, milvus.db): a
+    mistyped ``--state-dir`` is said, not created empty."""
+    if settings.milvus_uri:
+        return  # a Milvus server, or a Lite file named on purpose: connecting says what is wrong
+    database = Path(settings.resolved_milvus_uri())
+    if not database.exists():  # a file, or the data dir milvus-lite makes of it
+        raise CliError(
+            f"no knowledge base in {settings.state_dir} ({database.name} not found): check --state-dir, or run "
+            f"`{_command_name()} ingest KB_DIR --state-dir {settings.state_dir}` first"
+        )
+
+
 @dataclass(frozen=True)
 class QueryCase:
     """One query to look up, and where it came from (its case id, else file:line)."""
@@ -191,12 +205,13 @@ def cmd_lookup(args: argparse.Namespace) -> int:
     if args.queries is not None:
         cases = read_queries(args.queries, settings.max_query_chars)
     else:
-        query = sys.stdin.read() if args.query == STDIN else args.query
+        query = sys.stdin.read().strip() if args.query == STDIN else args.query  # no trailing newline in traces
         _check_query(query, "stdin" if args.query == STDIN else "QUERY", settings.max_query_chars)
         cases = [QueryCase("", query)]
     server_url = args.server or os.environ.get(SERVER_URL_ENV) or _serving(settings)
     if server_url:  # a running `kb-retrieval serve` answers: nothing heavy is imported here
         return _lookup_through_server(server_url, cases, args)
+    require_knowledge_base(settings)
 
     from kb_retrieval.engine import KnowledgeLookup
     from kb_retrieval.terminal import lookup_text
@@ -446,7 +461,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; ``command`` (the subcommand about to run) lets rarely used ones load their options lazily."""
-    parser = argparse.ArgumentParser(prog="kb-retrieval", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="kb-retrieval", description=__doc__.split("\n")[0].replace("``", ""))
     parser.add_argument("-V", "--version", action="version", version=f"%(prog)s {_version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -581,18 +596,22 @@ def _version() -> str:
 
 
 class _MaskingFormatter(logging.Formatter):
-    """Log lines (tracebacks included) with URL passwords and known secrets masked. Without ``--verbose``, the
-    libraries' records (Milvus Lite, pymilvus: a failed load logs the same traceback three times) are one line
-    each: the command's own ``error:`` line says what happened and what to do."""
+    """Log lines (tracebacks included) with URL passwords and known secrets masked, in the CLI's one style:
+    ``warning: ...`` / ``error: ...`` like the CLI's own messages (the logger's name only with ``--verbose``).
+    Without ``--verbose``, the libraries' records (Milvus Lite, pymilvus: a failed load logs the same traceback
+    three times) are one line each: the command's own ``error:`` line says what happened and what to do."""
 
-    def __init__(self, fmt: str, *, tracebacks: bool) -> None:
-        super().__init__(fmt)
-        self.tracebacks = tracebacks
+    def __init__(self, verbose: bool = False) -> None:
+        super().__init__("%(levelname)s %(name)s: %(message)s" if verbose else "%(message)s")
+        self.verbose = verbose
 
     def format(self, record: logging.LogRecord) -> str:
-        if not self.tracebacks and record.exc_info and not record.name.startswith("kb_retrieval"):
+        if not self.verbose and record.exc_info and not record.name.startswith("kb_retrieval"):
             record = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None})
-        return mask_message(super().format(record))
+        text = super().format(record)
+        if not self.verbose and record.levelno >= logging.WARNING:
+            text = f"{record.levelname.lower()}: {text}"
+        return mask_message(text)
 
 
 def _first_line_only(record: logging.LogRecord) -> bool:
@@ -627,7 +646,7 @@ def _run(argv: list[str]) -> int:
     args = build_parser(next((a for a in argv if not a.startswith("-")), None)).parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
     for handler in logging.getLogger().handlers:
-        handler.setFormatter(_MaskingFormatter("%(levelname)s %(name)s: %(message)s", tracebacks=args.verbose))
+        handler.setFormatter(_MaskingFormatter(args.verbose))
     if not args.verbose:  # pymilvus writes the traceback into the message text of its RPC errors
         logging.getLogger("pymilvus.decorators").addFilter(_first_line_only)
     try:

@@ -7,10 +7,12 @@ here serialises with camelCase aliases (``model_dump(by_alias=True)``) and accep
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+from kb_retrieval.reporting import Displayed, Views
 
 
 class Contract(BaseModel):
@@ -180,7 +182,11 @@ class RerankEntry(Contract):
     final_score: float
 
 
-class RerankTrace(Contract):
+class RerankTrace(Displayed, Contract):
+    """How the rerank ranked the documents; in a notebook a table (``to_dataframe()``: one row per document)."""
+
+    views: ClassVar[Views] = Views("rerank_view", "rerank_repr", "rerank_rows", "rerank_columns")
+
     candidate_count: int = 0
     entries: list[RerankEntry] = Field(default_factory=list)
 
@@ -198,7 +204,11 @@ class DocumentSection(Contract):
     hit_reasons: list[str] = Field(default_factory=list)
 
 
-class EvidenceBlock(Contract):
+class EvidenceBlock(Displayed, Contract):
+    """One evidence document; in a notebook its reasons and sections (``to_dataframe()``: one row per section)."""
+
+    views: ClassVar[Views] = Views("evidence_view", "evidence_repr", "evidence_rows", "EVIDENCE_FRAME_COLUMNS")
+
     source: str
     title: str | None = None
     breadcrumb: str | None = None
@@ -246,8 +256,14 @@ class ContextPack(Contract):
 RelevanceLevel = Literal["high", "medium", "low", "none"]
 
 
-class LookupResult(Contract):
-    """The evidence-first result of one ``lookup_knowledge`` call."""
+class LookupResult(Displayed, Contract):
+    """The evidence-first result of one ``lookup_knowledge`` call.
+
+    In a notebook it shows as the evidence table (rank, source, title, relevance, in pack, why) with the traces
+    folded; ``to_dataframe()`` gives that table, one row per evidence document.
+    """
+
+    views: ClassVar[Views] = Views("result_view", "result_repr", "result_rows", "RESULT_FRAME_COLUMNS")
 
     found: bool
     evidence_status: EvidenceStatus

@@ -23,11 +23,13 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from importlib import import_module
 from itertools import cycle
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 if TYPE_CHECKING:
+    import pandas as pd
     from matplotlib.figure import Figure
 
 #: Resolution of every chart (pixels per inch).
@@ -138,6 +140,17 @@ def validate_report_name(name: str) -> str:
     if not name or name in {".", ".."} or Path(name).name != name or "\\" in name:
         raise ValueError(f"report name must be a plain file name, got {name!r}")
     return name
+
+
+def golden_report_name(golden: str | Path) -> str:
+    """The default base name of a report on a golden set: the golden file's name without ``.jsonl`` (``eval`` and
+    ``compare`` both name their files so, and two golden sets never overwrite each other's reports).
+
+    Example:
+        >>> golden_report_name("golden/sample-kb.jsonl")
+        'sample-kb'
+    """
+    return Path(golden).name.removesuffix(".jsonl").removesuffix(".json") or "report"
 
 
 def report_name_argument(text: str) -> str:
@@ -465,3 +478,45 @@ def _draw_lines(figure: Figure, chart: LineChart) -> None:
 def series_of(rows: Mapping[str, Mapping[str, float]], labels: Sequence[str]) -> dict[str, list[float]]:
     """Turn ``{category: {series: value}}`` into ``{series: [value per category]}`` (missing values are 0)."""
     return {label: [float(row.get(label, 0.0)) for row in rows.values()] for label in labels}
+
+
+# --- notebook display ------------------------------------------------------------------------------------------
+
+
+def display(name: str) -> Any:
+    """A function of :mod:`kb_retrieval.display` (or ``module:name`` of another module), loaded by name on first
+    use: the view imports the contracts, the contracts only call it when a notebook shows one (so importing a
+    contract never loads the view)."""
+    module, _, attribute = name.rpartition(":")
+    return getattr(import_module(module or "kb_retrieval.display"), attribute)
+
+
+class Views(NamedTuple):
+    """The names, in :mod:`kb_retrieval.display`, of what draws one kind of object."""
+
+    view: str
+    repr: str
+    rows: str
+    columns: str
+
+
+class Displayed:
+    """Notebook display of a contract or report: ``_repr_html_``, ``_repr_markdown_``, a short ``repr`` and
+    ``to_dataframe()``, all drawn by :mod:`kb_retrieval.display` (the functions ``views`` names)."""
+
+    views: ClassVar[Views]
+
+    def __repr__(self) -> str:
+        return str(display(self.views.repr)(self))
+
+    def _repr_html_(self) -> str:
+        return str(display("view_html")(display(self.views.view)(self)))
+
+    def _repr_markdown_(self) -> str:
+        return str(display("view_markdown")(display(self.views.view)(self)))
+
+    def to_dataframe(self) -> pd.DataFrame:
+        """The object's table as a pandas DataFrame (pandas is in the ``notebook`` extra)."""
+        rows = display(self.views.rows)(self)
+        columns = display(self.views.columns)
+        return display("frame")(rows, columns(rows) if callable(columns) else columns)

@@ -155,7 +155,7 @@ def completeness(blocks: list[EvidenceBlock], summary: ContextPackSummary) -> st
         ]
         return (
             f"partial: the context budget ({summary.budget_tokens} tokens), not the question, cut evidence: "
-            f"{', '.join(p for p in parts if p)}; raise context_budget_tokens or ask a narrower question for more"
+            f"{', '.join(p for p in parts if p)}; a larger budget (KB_CONTEXT_BUDGET_TOKENS) gives more"
         )
     if left_out := summary.sections_left_out:
         whole = "the top document whole, " if blocks[0].source not in left_out else ""

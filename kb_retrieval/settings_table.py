@@ -1,11 +1,12 @@
 """The configuration reference as Markdown tables, generated from the settings models (variable, default, meaning).
 
-:class:`~kb_retrieval.config.KBSettings` documents every setting once, in its field's description; the README's
-table and docs/configuration.md are made from those, so they cannot drift apart (a test regenerates both and compares).
+:class:`~kb_retrieval.config.KBSettings` documents every setting once, in its field's description; the tables in
+docs/reference.md and docs/configuration.md are made from those, so they cannot drift apart (a test regenerates both
+and compares).
 
 Regenerate the marked sections in place::
 
-    python -m kb_retrieval.settings_table README.md docs/configuration.md
+    python -m kb_retrieval.settings_table docs/reference.md docs/configuration.md
 
 Example:
     >>> settings_rows()[0][:2]

@@ -17,7 +17,7 @@ import re
 import textwrap
 
 from kb_retrieval.config import ScoringSettings
-from kb_retrieval.models import DocumentSection, EvidenceBlock, LookupResult
+from kb_retrieval.models import ContextPackSummary, DocumentSection, EvidenceBlock, LookupResult
 from kb_retrieval.result import relevance
 from kb_retrieval.retrieval.stage import HitKind
 
@@ -48,7 +48,8 @@ def lookup_text(result: LookupResult, scoring: ScoringSettings, *, full: bool = 
     )
     rows = [["#", "source", "title", "relevance", "why"]]
     for rank, block in enumerate(result.evidence_blocks, start=1):
-        mark = " (left out)" if block.source in left_out else " (cut)" if block.source in shortened else ""
+        mark = pack_mark(summary, block.source)
+        mark = f" ({mark})" if mark != IN_PACK else ""
         rows.append(
             [
                 str(rank),
@@ -86,6 +87,30 @@ def visible(line: str) -> str:
     return _TERMINAL_CONTROLS.sub(
         lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", line
     )
+
+
+IN_PACK = "in pack"
+
+
+def pack_mark(summary: ContextPackSummary, source: str) -> str:
+    """Whether the agent received the document: ``in pack``, ``cut`` (shortened to fit the token budget) or
+    ``left out`` (the budget left no room for it)."""
+    if source in summary.omitted_sources:
+        return "left out"
+    return "cut" if source in summary.truncated_sources else IN_PACK
+
+
+def completeness_in_words(hint: str) -> str:
+    """A completeness hint without its code word, e.g. ``"one document answers; it may not cover every aspect"``.
+
+    Example:
+        >>> completeness_in_words("single_source: one document answers; it may not cover every aspect")
+        'one document answers; it may not cover every aspect'
+        >>> completeness_in_words("no_evidence")
+        'no evidence'
+    """
+    code, separator, words = hint.partition(": ")
+    return words if separator else code.replace("_", " ")
 
 
 def why(block: EvidenceBlock, limit: int = MAX_REASONS) -> str:

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from kb_retrieval.cli_args import positive_int
-from kb_retrieval.reporting import LOCAL_REPORTS_DIR, report_name_argument
+from kb_retrieval.reporting import LOCAL_REPORTS_DIR, golden_report_name, report_name_argument
 from sidecar.models import DEFAULT_K
 
 #: Default output directory (untracked; the committed baseline is reports/compare, written by ``make baselines``).
@@ -77,11 +77,7 @@ def run_compare_command(args: argparse.Namespace) -> int:
         report = run_comparison(golden, lookup, args.k, progress=True)
     finally:
         lookup.close()
-    files = write_compare_report(report, args.out, args.name or _default_name(golden))
+    files = write_compare_report(report, args.out, args.name or golden_report_name(golden))
     print(render_summary_text(report))
     print(f"\n{files.summary()}")
     return 0
-
-
-def _default_name(golden: Path) -> str:
-    return golden.name.removesuffix(".jsonl").removesuffix(".json") or "compare"

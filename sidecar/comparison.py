@@ -22,7 +22,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -32,7 +32,7 @@ from kb_retrieval.evaluation.golden import GoldenCase, load_golden
 from kb_retrieval.evaluation.hit_levels import CaseResult, CaseStatus, classify_case
 from kb_retrieval.evaluation.metrics import MetricSet, compute_metrics
 from kb_retrieval.models import Candidate, LookupResult
-from kb_retrieval.reporting import display_path
+from kb_retrieval.reporting import Displayed, Views, display_path
 from sidecar.comparable import from_main_ranking, main_path_name
 from sidecar.models import DEFAULT_K, SIDECAR_PATH, ComparableResult, SidecarRun, disabled_run
 
@@ -164,10 +164,17 @@ class CompareSummary(BaseModel):
     """The same for the sidecar; cases where it did not answer count as not run."""
 
 
-class CompareReport(BaseModel):
-    """The comparison of one golden set."""
+class CompareReport(Displayed, BaseModel):
+    """The comparison of one golden set; in a notebook the hit levels side by side and the cases
+    (``to_dataframe()``: one row per case)."""
 
     model_config = ConfigDict(frozen=True)
+    views: ClassVar[Views] = Views(
+        "sidecar.report:compare_view",
+        "sidecar.report:compare_repr",
+        "sidecar.report:compare_rows",
+        "sidecar.report:COMPARE_FRAME_COLUMNS",
+    )
 
     schema_version: int = COMPARE_SCHEMA_VERSION
     golden: str
@@ -236,6 +243,7 @@ def compare_case(
         case,
         current_fixture,
         current_top,
+        k,
         path=current_top[0].path if current_top else _served(result),
         status="found" if result.found else "no_evidence",
         reason=None if result.found else result.message,
@@ -256,7 +264,7 @@ def compare_case(
             },
         )
         sidecar, sidecar_verdict = _side(
-            case, sidecar_fixture, sidecar_top, path=run.path, status=status, reason=reason
+            case, sidecar_fixture, sidecar_top, k, path=run.path, status=status, reason=reason
         )
         agreement: Agreement | None = _agreement(current_top, sidecar_top)
     else:
@@ -292,12 +300,13 @@ def _side(
     case: GoldenCase,
     fixture: Fixture,
     top: list[ComparableResult],
+    k: int,
     *,
     path: str,
     status: str,
     reason: str | None,
 ) -> tuple[PathSide, CaseResult]:
-    verdict = classify_case(case, fixture)
+    verdict = classify_case(case, fixture, k)
     side = PathSide(
         path=path,
         status=status,

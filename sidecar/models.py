@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from kb_retrieval.beside import DISABLED_REASON
+from kb_retrieval.evaluation.hit_levels import HIT_RANK_CUTOFF
 
 #: ``disabled``: not enabled (``KB_SIDECAR_ENABLED``); ``ok``: answered in time; ``unavailable``: could not be
 #: initialised (or started); ``failed``: raised while retrieving; ``timeout``: no answer within ``sidecar_timeout_s``.
@@ -30,8 +31,9 @@ SIDECAR_PATH = "sidecar:vectorstore"
 PREVIEW_CHARS = 160
 #: How many of the sidecar's candidates the trace row keeps.
 TRACE_CANDIDATES = 5
-#: Documents compared per path by default (``kb-retrieval compare --k``).
-DEFAULT_K = 5
+#: Documents compared per path by default (``kb-retrieval compare --k``): the evaluator's hit cut-off, so ``compare``
+#: and ``eval`` call the same case by the same level.
+DEFAULT_K = HIT_RANK_CUTOFF
 
 
 class ComparableResult(BaseModel):

@@ -10,7 +10,9 @@ from __future__ import annotations
 import shlex
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
+from kb_retrieval.display import Details, Table, View
 from kb_retrieval.evaluation.metrics import score_names
 from kb_retrieval.evaluation.report import HIT_LEVEL_COLORS, NOT_IN_EVIDENCE, cut_query, hit_level_series
 from kb_retrieval.reporting import (
@@ -387,3 +389,73 @@ def _hit(level: str, rank: int | None) -> str:
 
 def _number(value: float | None) -> str:
     return format_number(value, DECIMALS)
+
+
+# --- notebook display (CompareReport._repr_html_, to_dataframe) ------------------------------------------------
+
+COMPARE_FRAME_COLUMNS = [
+    "case",
+    "scenario",
+    "query",
+    "expected",
+    "current_level",
+    "sidecar_level",
+    "current_first",
+    "sidecar_first",
+    "overlap_at_k",
+    "top1_same",
+]
+
+
+def compare_view(report: CompareReport) -> View:
+    """The comparison in a notebook: summary and hit levels side by side, the cases (disagreements first) folded."""
+    header, hits = hit_level_rows(report)
+    cases = sorted(report.cases, key=lambda c: not _levels_differ(c))
+    case_table = Table(
+        ["case", "query", "current", "sidecar", "current first", "sidecar first", f"overlap@{report.k}"],
+        [
+            [
+                row["case"],
+                row["query"],
+                _hit(row["current_level"], c.current.first_expected_rank),
+                _sidecar_hit(c),
+                row["current_first"] or "-",
+                row["sidecar_first"] or "-",
+                _number(row["overlap_at_k"]),
+            ]
+            for c, row in ((c, _case_row(c)) for c in cases)
+        ],
+    )
+    return View(
+        f"comparison of the current path and the sidecar on {report.golden} (top {report.k})",
+        lines=[(figure, value) for figure, value in summary_rows(report)],
+        table=Table(header, hits),
+        details=[Details(f"{len(cases)} case(s), different hit levels first", case_table)],
+    )
+
+
+def compare_repr(report: CompareReport) -> str:
+    s = report.summary
+    return (
+        f"<CompareReport {report.golden}: {s.case_count} case(s), sidecar {s.sidecar_status}, strong "
+        f"{s.current.strong} vs {s.sidecar.strong}, top-1 agreement {_number(s.top1_agreement)}>"
+    )
+
+
+def compare_rows(report: CompareReport) -> list[dict[str, Any]]:
+    return [_case_row(c) for c in report.cases]
+
+
+def _case_row(case: CaseComparison) -> dict[str, Any]:
+    return {
+        "case": case.case_id,
+        "scenario": case.scenario,
+        "query": case.query,
+        "expected": ", ".join(case.expected_docs),
+        "current_level": case.current.hit_level,
+        "sidecar_level": case.sidecar.hit_level,
+        "current_first": case.current.results[0].source if case.current.results else None,
+        "sidecar_first": case.sidecar.results[0].source if case.sidecar.results else None,
+        "overlap_at_k": case.agreement.overlap_at_k if case.agreement else None,
+        "top1_same": case.agreement.top1_same if case.agreement else None,
+    }

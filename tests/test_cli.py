@@ -341,7 +341,8 @@ def test_log_lines_are_masked():
     record = logging.LogRecord(
         "x", logging.ERROR, __file__, 1, "cannot reach %s", ("http://root:PW-77@db:19530",), None
     )
-    assert _MaskingFormatter("%(message)s").format(record) == "cannot reach http://root:***@db:19530"
+    # One style with the CLI's own messages (issue 41): "error: ..." / "warning: ...".
+    assert _MaskingFormatter().format(record) == "error: cannot reach http://root:***@db:19530"
 
 
 @pytest.mark.unit

@@ -3,7 +3,8 @@
 It is run twice on one state directory, its parameters injected the way papermill does it (a cell tagged
 ``injected-parameters`` after the cell tagged ``parameters``): the first run ingests the sample KB, the second, given
 no state dir, reuses that state as the demo's and embeds nothing. Plots are shown inline, the rerank chart's stacked
-totals are the evidence scores, and no progress-bar warning reaches the outputs.
+totals are the evidence scores, and no progress-bar warning reaches the outputs. The first result is displayed as
+its evidence table.
 """
 
 from __future__ import annotations
@@ -108,6 +109,12 @@ def test_notebook_runs_top_to_bottom_and_a_rerun_skips_unchanged_documents(monke
         # The stacked bars add up to the evidence table's scores, block by block in the evidence's order.
         assert len(drawn["stacked_totals"]) == len(drawn["evidence_scores"]) >= 2
         assert drawn["stacked_totals"] == pytest.approx(drawn["evidence_scores"], abs=2e-4)
+        # The first result, evaluated in a cell, shows as its evidence table (HTML), not a pydantic repr.
+        shown = [o["data"] for o in _tagged(run, "result").outputs if "text/html" in o.get("data", {})]
+        assert shown, _tagged(run, "result").outputs
+        page = shown[0]["text/html"]
+        assert "evidence document(s)" in page and "<th>in pack</th>" in page and "<details>" in page
+        assert shown[0]["text/plain"].startswith("<LookupResult found=True")
     assert not list(state.rglob("*.png")) and sorted(NOTEBOOK.parent.iterdir()) == before  # no chart files
 
 

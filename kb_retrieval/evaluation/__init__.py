@@ -13,7 +13,7 @@ The pieces, in the order data flows:
 Example:
     >>> from kb_retrieval.evaluation import evaluate, write_report
     >>> report = evaluate("golden/sample.jsonl", "golden/fixtures")  # doctest: +SKIP
-    >>> write_report(report, "reports/retrieval-eval", "baseline")  # doctest: +SKIP
+    >>> write_report(report, "reports/retrieval-eval")  # sample.json, sample.md  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ Definitions (one place; the report's notes repeat them in prose):
 - **Retrieved** documents are the fixture's candidates when the lookup said ``found=true``, and nothing when
   it said ``found=false`` (the tool returned no evidence, whatever it had ranked internally).
 - **Relevant** documents are the case's expected and acceptable documents.
+- A relevant document **hits** when it is retrieved at rank ``<= HIT_RANK_CUTOFF`` (5; ``k`` of
+  :func:`classify_case`). ``eval`` and ``compare`` both classify with :func:`classify_case` and this cut-off, so
+  the same fixture gets the same level from either command (a document at rank 15 is a miss in both).
 - **Breadcrumb coverage** is met when any expected breadcrumb occurs (case-insensitive substring) in the
   breadcrumb or title of a retrieved candidate of a relevant document (of its own document, when the
   expected breadcrumb names one).
@@ -35,6 +38,9 @@ HIT_LEVELS: tuple[CaseStatus, ...] = ("strong", "medium", "miss")
 NO_EVIDENCE = "no_evidence"
 #: How many top candidates a case result lists.
 TOP_CANDIDATES = 5
+#: The rank a relevant document must reach to count as a hit: one cut-off for ``eval`` and ``compare``
+#: (``compare --k`` defaults to it).
+HIT_RANK_CUTOFF = 5
 
 
 class CaseResult(BaseModel):
@@ -61,6 +67,9 @@ class CaseResult(BaseModel):
     """Why the case is not better than its status, e.g. ``keyword 'maxmemory' not found``."""
     ranking: list[str] = Field(default=[], exclude=True)
     """All retrieved sources in rank order (input to ranking metrics; left out of the report)."""
+    first_relevant_rank: int | None = Field(default=None, exclude=True)
+    """1-based rank of the first relevant document anywhere in the ranking, past the hit cut-off too (input to
+    ``recall@K``; left out of the report)."""
 
     @property
     def is_answerable_run(self) -> bool:
@@ -73,7 +82,7 @@ def retrieved_candidates(fixture: Fixture) -> list[FixtureCandidate]:
     return list(fixture.candidates) if fixture.found else []
 
 
-def classify_case(case: GoldenCase, fixture: Fixture | None) -> CaseResult:
+def classify_case(case: GoldenCase, fixture: Fixture | None, k: int = HIT_RANK_CUTOFF) -> CaseResult:
     """Classify one golden case against its fixture.
 
     Example:
@@ -86,6 +95,7 @@ def classify_case(case: GoldenCase, fixture: Fixture | None) -> CaseResult:
     Args:
         case: The golden case.
         fixture: Its fixture, or None when there is none.
+        k: The hit cut-off: a relevant document counts only at rank ``<= k``.
 
     Returns:
         The case result.
@@ -97,7 +107,7 @@ def classify_case(case: GoldenCase, fixture: Fixture | None) -> CaseResult:
         return _not_run(case, f"fixture {name} was recorded for a different query (stale: re-record it)")
 
     retrieved = retrieved_candidates(fixture)
-    status, failed_checks, first_rank = _verdict(case, fixture, retrieved)
+    status, failed_checks, first_rank = _verdict(case, fixture, retrieved, k)
     top = retrieved[:TOP_CANDIDATES]
     received = fixture.received_sources
     return CaseResult(
@@ -111,11 +121,12 @@ def classify_case(case: GoldenCase, fixture: Fixture | None) -> CaseResult:
         not_in_evidence=[c.label() for c in top if received is not None and c.source not in received],
         failed_checks=failed_checks,
         ranking=[candidate.source for candidate in retrieved],
+        first_relevant_rank=next((c.rank for c in retrieved if c.source in case.relevance()), None),
     )
 
 
 def _verdict(
-    case: GoldenCase, fixture: Fixture, retrieved: list[FixtureCandidate]
+    case: GoldenCase, fixture: Fixture, retrieved: list[FixtureCandidate], k: int
 ) -> tuple[CaseStatus, list[str], int | None]:
     """Status, failed checks and first relevant rank of a case that has a fixture."""
     if case.is_no_answer:
@@ -125,9 +136,12 @@ def _verdict(
         return "no_answer_wrong", [check], None
 
     relevant = case.relevance()
-    hits = [candidate for candidate in retrieved if candidate.source in relevant]
+    hits = [candidate for candidate in retrieved if candidate.source in relevant and candidate.rank <= k]
     if not hits:
         checks = ["expected doc not retrieved"]
+        later = [candidate.rank for candidate in retrieved if candidate.source in relevant]
+        if later:
+            checks = [f"expected doc at rank {later[0]}, below the hit cut-off {k}"]
         if not fixture.found:
             checks.append(_withheld_note(fixture, relevant))
         return "miss", checks, None

@@ -205,9 +205,11 @@ def _aggregate(results: Sequence[CaseResult], per_case: dict[str, dict[str, floa
     answerable = [result for result in results if result.is_answerable_run]
     no_answer = statuses.count("no_answer_correct") + statuses.count("no_answer_wrong")
     first_ranks = [r.first_expected_rank for r in answerable if r.first_expected_rank is not None]
+    # recall@K reads the whole ranking (a K past the hit cut-off still counts); hit levels stop at the cut-off.
+    relevant_ranks = [r.first_relevant_rank for r in answerable if r.first_relevant_rank is not None]
 
     scores: dict[str, float | None] = {
-        f"recall@{k}": _share(sum(rank <= k for rank in first_ranks), len(answerable)) for k in ks
+        f"recall@{k}": _share(sum(rank <= k for rank in relevant_ranks), len(answerable)) for k in ks
     }
     for metric in _RANKING_METRICS:
         values = [per_case[result.case_id][metric] for result in answerable]

@@ -11,18 +11,22 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from kb_retrieval.evaluation.hit_levels import TOP_CANDIDATES, CaseResult, CaseStatus
+from kb_retrieval.evaluation.hit_levels import HIT_RANK_CUTOFF, TOP_CANDIDATES, CaseResult, CaseStatus
 from kb_retrieval.evaluation.metrics import DECIMALS, RANKING_CUTOFF, MetricSet, score_names
 from kb_retrieval.reporting import (
     LOCAL_REPORTS_DIR,
     BarChart,
     ChartFiles,
+    Displayed,
     ReportFiles,
+    Views,
     code,
     format_number,
+    golden_report_name,
     inline,
     json_text,
     markdown_table,
@@ -31,9 +35,8 @@ from kb_retrieval.reporting import (
 )
 
 #: Default output directory (untracked; the committed baseline is reports/retrieval-eval, written by
-#: ``make baselines``) and report name.
+#: ``make baselines``). The default report name is the golden file's (``reporting.golden_report_name``).
 DEFAULT_OUT_DIR = f"{LOCAL_REPORTS_DIR}/retrieval-eval"
-DEFAULT_REPORT_NAME = "baseline"
 #: Version of the JSON layout; bump it when fields change meaning.
 REPORT_SCHEMA_VERSION = 1
 
@@ -52,14 +55,15 @@ _DEFINITIONS = """\
 ## Definitions
 
 - **Retrieved**: the fixture's ranked candidates when the lookup returned `found=true`; nothing when it
-  returned `found=false`. **Relevant**: the case's expected and acceptable documents.
-- **strong**: a relevant document is retrieved and evidence coverage is met: any expected breadcrumb occurs
+  returned `found=false`. **Relevant**: the case's expected and acceptable documents. A relevant document
+  **hits** at rank <= {hit_cutoff}, the cut-off `compare` uses too.
+- **strong**: a relevant document hits and evidence coverage is met: any expected breadcrumb occurs
   in the breadcrumb or title of a retrieved relevant candidate (of its own document when it names one), or
   every expected keyword occurs in the content of the retrieved relevant candidates or of the evidence
   blocks (case-insensitive). A case listing neither breadcrumbs nor keywords meets coverage by the document
   hit alone.
-- **medium**: a relevant document is retrieved but coverage is not met.
-- **MISS**: no relevant document is retrieved.
+- **medium**: a relevant document hits but coverage is not met.
+- **MISS**: no relevant document hits.
 - **no-answer** cases list no relevant documents: correct when the lookup returned `found=false` or
   `evidenceStatus` `no_evidence`, **WRONG** otherwise. They are counted apart from strong/medium/miss.
 - **NOT RUN**: no fixture file for the case, or a fixture recorded for a different query. Not-run cases are
@@ -90,10 +94,12 @@ NOT_IN_EVIDENCE = "*(not in evidence)*"
 QUERY_CHARS = 120
 
 
-class EvalReport(BaseModel):
-    """The result of one offline evaluation run."""
+class EvalReport(Displayed, BaseModel):
+    """The result of one offline evaluation run; in a notebook the summary table and the cases
+    (``to_dataframe()``: one row per case)."""
 
     model_config = ConfigDict(frozen=True)
+    views: ClassVar[Views] = Views("eval_view", "eval_repr", "eval_rows", "EVAL_FRAME_COLUMNS")
 
     schema_version: int = REPORT_SCHEMA_VERSION
     golden: str
@@ -113,9 +119,7 @@ def report_to_json(report: EvalReport) -> str:
     return json_text(report.model_dump(mode="json"))
 
 
-def write_report(
-    report: EvalReport, out_dir: str | Path = DEFAULT_OUT_DIR, name: str = DEFAULT_REPORT_NAME
-) -> ReportFiles:
+def write_report(report: EvalReport, out_dir: str | Path = DEFAULT_OUT_DIR, name: str | None = None) -> ReportFiles:
     """Write ``<out_dir>/<name>.json``, ``<out_dir>/<name>.md`` and the charts beside them, creating ``out_dir``.
 
     Without matplotlib the charts are skipped and the Markdown says so in one line.
@@ -123,7 +127,7 @@ def write_report(
     Args:
         report: The report.
         out_dir: Output directory.
-        name: Base file name (no directory part).
+        name: Base file name (no directory part); default: the golden file's name.
 
     Returns:
         The paths written and the charts' outcome.
@@ -131,17 +135,19 @@ def write_report(
     Raises:
         ValueError: ``name`` is not a plain file name.
     """
+    base = golden_report_name(report.golden) if name is None else name
     return write_report_files(
         out_dir,
-        name,
+        base,
         report_to_json(report),
-        report_charts(report, name),
-        lambda charts: render_markdown(report, name, charts),
+        report_charts(report, base),
+        lambda charts: render_markdown(report, base, charts),
     )
 
 
-def report_charts(report: EvalReport, name: str = DEFAULT_REPORT_NAME) -> list[BarChart]:
+def report_charts(report: EvalReport, name: str | None = None) -> list[BarChart]:
     """The report's charts as data: hit levels per scenario, and the rates per scenario."""
+    name = name or golden_report_name(report.golden)
     groups = {"overall": report.overall, **report.by_scenario}
     levels = hit_level_series(list(groups.values()))
     rates = [rate for rate in score_names(report.ks) if rate != "fixture_coverage"]
@@ -211,8 +217,9 @@ def render_summary_text(report: EvalReport) -> str:
     return text_table([header, *rows])
 
 
-def render_markdown(report: EvalReport, name: str = DEFAULT_REPORT_NAME, charts: ChartFiles | None = None) -> str:
+def render_markdown(report: EvalReport, name: str | None = None, charts: ChartFiles | None = None) -> str:
     """The Markdown report: title, summary, charts (when given), per-case table, definitions, how to regenerate."""
+    name = name or golden_report_name(report.golden)
     overall = report.overall
     ks = " ".join(str(k) for k in report.ks)
     lines = [
@@ -248,7 +255,9 @@ def render_markdown(report: EvalReport, name: str = DEFAULT_REPORT_NAME, charts:
     )
     lines += [
         "",
-        *_DEFINITIONS.format(ks=ks, cutoff=RANKING_CUTOFF, top=TOP_CANDIDATES, decimals=DECIMALS).splitlines(),
+        *_DEFINITIONS.format(
+            ks=ks, hit_cutoff=HIT_RANK_CUTOFF, cutoff=RANKING_CUTOFF, top=TOP_CANDIDATES, decimals=DECIMALS
+        ).splitlines(),
         "",
         "## Regenerate",
         "",

@@ -4,7 +4,7 @@ Python::
 
     from kb_retrieval.evaluation import evaluate, write_report
     report = evaluate("golden/sample.jsonl", "golden/fixtures")
-    write_report(report, "reports/retrieval-eval", "baseline")
+    write_report(report, "reports/retrieval-eval")  # reports/retrieval-eval/sample.{json,md}
 
 Command line (``kb-retrieval eval`` or, standalone, ``python -m kb_retrieval.evaluation``)::
 
@@ -36,7 +36,6 @@ from kb_retrieval.evaluation.metrics import (
 )
 from kb_retrieval.evaluation.report import (
     DEFAULT_OUT_DIR,
-    DEFAULT_REPORT_NAME,
     EvalReport,
     render_summary_text,
     write_report,
@@ -100,9 +99,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--name",
-        default=DEFAULT_REPORT_NAME,
         type=report_name_argument,
-        help=f"report base name: writes NAME.json and NAME.md (default: {DEFAULT_REPORT_NAME})",
+        help="report base name: writes NAME.json and NAME.md (default: the golden file's name without .jsonl)",
     )
     parser.add_argument(
         "--fail-under",

@@ -90,7 +90,8 @@ def lite_locked_message(data_dir: Path, pid: int) -> str:
     holder = f"process {pid}" if pid else "another process"
     return (
         f"Milvus Lite data dir {data_dir} is held by {holder} (Milvus Lite opens a data dir in one process only): "
-        f"stop that process, or serve the dir once for every local process with `milvus-lite server --data-dir "
+        f"stop that process; if it is `kb-retrieval serve`, look up through it with `kb-retrieval lookup --server URL` "
+        f"(or KB_SERVER_URL=URL); or serve the dir once for every local process with `milvus-lite server --data-dir "
         f"{data_dir} --host 127.0.0.1 --port 19530` (after stopping it) and set KB_MILVUS_URI=http://127.0.0.1:19530, "
         f"or point KB_MILVUS_URI at a Milvus server"
     )

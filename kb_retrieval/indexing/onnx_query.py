@@ -44,6 +44,10 @@ if TYPE_CHECKING:
     from kb_retrieval.config import Settings
 
 logger = logging.getLogger(__name__)
+#: Said before the one-time export, so the first lookup's wait (export, quantisation, check) is explained.
+EXPORT_NOTICE = (
+    "exporting the query encoder to ONNX (%s) into %s: once per model and cache folder; later lookups reuse it"
+)
 
 # Part of every cached file name: bump it when the exported graph changes, so no stale export is reused.
 # 2: attention, GELU and layer norms fused by onnxruntime's transformer optimizer, attention quantised too.
@@ -259,6 +263,7 @@ def _open_model(cache_dir: Path, model_dir: Path, quantized: bool, threads: int)
         ) from exc
     if not os.access(cache_dir, os.W_OK):
         raise OnnxExportError(f"model cache folder {cache_dir} is not writable; set KB_MODEL_CACHE_DIR")
+    logger.warning(EXPORT_NOTICE, "int8" if quantized else "fp32", cache_dir)
     export_onnx(model_dir, path, quantized=quantized)
     return path, _session(path, threads)
 

@@ -19,7 +19,7 @@ def test_baseline_regenerates_byte_for_byte(tmp_path, monkeypatch):
     assert code == 0
     committed_dir = REPO / "reports" / "retrieval-eval"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in committed_dir.iterdir())
-    for name in ("baseline.json", "baseline.md"):
+    for name in ("sample-kb.json", "sample-kb.md"):
         committed = (committed_dir / name).read_bytes()
         assert (tmp_path / name).read_bytes() == committed, f"{name} differs: run `make baselines`"
     for chart in sorted(committed_dir.glob("*.png")):

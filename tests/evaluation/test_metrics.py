@@ -57,7 +57,8 @@ def test_hits_beyond_the_cutoff_do_not_count_in_mrr() -> None:
     assert overall.scores["mrr@10"] == 0.0
     assert overall.scores["recall@10"] == 0.0
     assert overall.scores["recall@20"] == 1.0
-    assert overall.strong == 1 and overall.avg_first_hit_rank == 11.0
+    # Past the hit cut-off (rank 5) the case is a miss, as `compare` calls it (issue 41: one definition).
+    assert overall.miss == 1 and overall.avg_first_hit_rank is None
 
 
 def test_data_set_against_hand_computed_values(golden_path: Path, fixtures_dir: Path) -> None:

@@ -89,14 +89,14 @@ def test_evaluator_runs_with_heavy_packages_and_network_blocked(
 
     assert completed.returncode == 0, completed.stderr
     assert "heavy modules loaded: []" in completed.stdout
-    assert (out / "baseline.json").is_file()
-    markdown = (out / "baseline.md").read_text(encoding="utf-8")
-    assert markdown.startswith("# Retrieval evaluation: baseline\n")
+    assert (out / "golden.json").is_file()
+    markdown = (out / "golden.md").read_text(encoding="utf-8")
+    assert markdown.startswith("# Retrieval evaluation: golden\n")
     # Without matplotlib: one line in the report and on the terminal, no chart files, no links to missing files.
     assert f"_{NO_MATPLOTLIB_NOTE}._" in markdown.replace("\\_", "_")
     assert NO_MATPLOTLIB_NOTE in completed.stdout
     assert "![" not in markdown
-    assert sorted(path.name for path in out.iterdir()) == ["baseline.json", "baseline.md"]
+    assert sorted(path.name for path in out.iterdir()) == ["golden.json", "golden.md"]
 
 
 # The fixture recorder is the one bridge to the live pipeline: it may import the runtime, but only lazily

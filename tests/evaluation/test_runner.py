@@ -32,7 +32,7 @@ def test_k_values_are_configurable(golden_path: Path, fixtures_dir: Path, tmp_pa
         run_cli(golden_path, fixtures_dir, tmp_path, "--k", "2", "--k", "1", "7", "--fail-under", "recall@7=0.6") == 0
     )
 
-    text = (tmp_path / "baseline.json").read_text(encoding="utf-8")
+    text = (tmp_path / "golden.json").read_text(encoding="utf-8")
     assert '"ks": [\n    1,\n    2,\n    7\n  ]' in text
     assert '"recall@10"' not in text
 
@@ -56,7 +56,7 @@ def test_fail_under_not_met_exits_one_and_names_the_metric(
     assert code == 1
     assert "FAILED --fail-under: recall@5 = 0.6000 is below 0.8" in out
     assert "mrr@10" not in out.split("FAILED")[-1]
-    assert (tmp_path / "baseline.json").is_file()  # the report is still written
+    assert (tmp_path / "golden.json").is_file()  # the report is still written
 
 
 @pytest.mark.parametrize("threshold", ["precision@5=0.5", "recall@7=0.5", "avg_first_hit_rank=2"])
@@ -109,7 +109,7 @@ def test_arguments_plug_into_a_subcommand(golden_path: Path, fixtures_dir: Path,
         ["eval", "--golden", str(golden_path), "--fixtures", str(fixtures_dir), "--out", str(tmp_path)]
     )
 
-    assert (args.ks, args.fail_under, args.name) == (None, None, "baseline")
+    assert (args.ks, args.fail_under, args.name) == (None, None, None)
     assert run_eval_command(args) == 0
 
 
