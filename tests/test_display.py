@@ -24,7 +24,7 @@ from kb_retrieval.terminal import completeness_in_words, why
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "golden" / "sample-kb.jsonl"
 FIXTURES = REPO / "golden" / "fixtures" / "sample-kb"
-FOUND = "chat-k8s-003"  # three documents, two left out by the budget
+FOUND = "chat-k8s-003"  # three evidence documents
 NOT_FOUND = "noanswer-001"
 
 
@@ -40,6 +40,12 @@ def _cells(text: str) -> list[list[str]]:
 
 def test_a_found_result_shows_the_evidence_table_in_the_terminals_words():
     result = _result(FOUND)
+    # The committed fixtures fit the default budget whole: mark one document cut and one left out, as a smaller
+    # budget would, so that every mark is drawn.
+    sources = [b.source for b in result.evidence_blocks]
+    assert len(sources) >= 3
+    result.context_pack.summary.truncated_sources = [sources[1]]
+    result.context_pack.summary.omitted_sources = [sources[2]]
     page = result._repr_html_()
     summary = result.context_pack.summary
     omitted, cut = set(summary.omitted_sources), set(summary.truncated_sources)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from kb_retrieval import state
 from kb_retrieval.config import Settings
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing import snapshot
@@ -64,7 +65,7 @@ def _no_reads(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("the collection was read row by row")
 
     monkeypatch.setattr("kb_retrieval.retrieval.l1.memory.iter_rows", refuse)
-    monkeypatch.setattr("kb_retrieval.engine.iter_rows", refuse)
+    monkeypatch.setattr("kb_retrieval.state.iter_rows", refuse)
 
 
 def test_a_later_lookup_loads_the_snapshot_and_answers_the_same(kb_state, monkeypatch):
@@ -192,13 +193,13 @@ def test_a_snapshot_naming_another_class_is_refused_not_run(kb_state, tmp_path, 
 
 def test_no_snapshot_is_kept_when_an_ingest_published_during_the_read(kb_state, monkeypatch):
     settings, _ = kb_state
-    real = KnowledgeLookup._write_snapshot
+    real = state._write_snapshot
 
-    def racing(self, key, version, parts):
-        monkeypatch.setattr("kb_retrieval.engine.index_version", lambda *a, **k: "another version")
-        real(self, key, version, parts)
+    def racing(client, settings, key, version, parts):
+        monkeypatch.setattr("kb_retrieval.state.index_version", lambda *a, **k: "another version")
+        real(client, settings, key, version, parts)
 
-    monkeypatch.setattr(KnowledgeLookup, "_write_snapshot", racing)
+    monkeypatch.setattr(state, "_write_snapshot", racing)
     lookup = KnowledgeLookup(settings)
     assert lookup.state_source == "milvus"
     assert not list(snapshot_dir(settings).glob("*.snapshot"))

@@ -22,7 +22,6 @@ import pytest
 from llama_index.core.schema import NodeWithScore
 from sqlalchemy import text
 
-from kb_retrieval import engine
 from kb_retrieval.config import Settings
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing import ingest as ingest_module
@@ -33,6 +32,7 @@ from kb_retrieval.retrieval.l1 import base as l1_base
 from kb_retrieval.retrieval.l1 import memory as memory_module
 from kb_retrieval.retrieval.l1 import sdk as sdk_module
 from kb_retrieval.retrieval.l1 import vectorstore as vectorstore_module
+from kb_retrieval.retrieval.rerank import RuleReranker
 from kb_retrieval.retrieval.stage import stage_of
 from kb_retrieval.traces import TraceStore
 from tests.reliability.conftest import KNOWN_QUERIES, MilvusBackend, SearchSpy, check_result, write_kb
@@ -196,19 +196,17 @@ class MixCounter:
 class RerankSpy:
     """Records, per thread, the candidates each attempt hands to the reranker: dense plus lexical, as used."""
 
-    def __init__(self, lookup: KnowledgeLookup) -> None:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         local = threading.local()
         self._local = local
+        real = RuleReranker._postprocess_nodes
 
-        class Recording(engine.RuleReranker):
-            def _postprocess_nodes(self, nodes: list[NodeWithScore], query_bundle: Any = None) -> list[NodeWithScore]:
-                local.attempts.append([stage_of(n).candidate for n in nodes])
-                return super()._postprocess_nodes(nodes, query_bundle)
+        # On the class: a reload builds a new pipeline with new rerankers, and each must record.
+        def recording(reranker: RuleReranker, nodes: list[NodeWithScore], query_bundle: Any = None) -> Any:
+            local.attempts.append([stage_of(n).candidate for n in nodes])
+            return real(reranker, nodes, query_bundle)
 
-        chain = lookup.attempts.postprocessors
-        first = chain[0]
-        assert isinstance(first, engine.RuleReranker)
-        chain[0] = Recording(boosts=first.boosts, lexical_weight=first.lexical_weight, l0=first.l0)
+        monkeypatch.setattr(RuleReranker, "_postprocess_nodes", recording)
 
     def reset(self) -> None:
         self._local.attempts = []
@@ -261,7 +259,7 @@ def test_half_replaced_document_serves_one_version_the_newest(
     kb = write_kb(tmp_path / "kb", OTHERS)
     _ingest_with(settings, kb, 1, embed_model)
     lookup = KnowledgeLookup(settings, embed_model=embed_model, trace_store=TraceStore("sqlite://"))
-    spy, rerank = SearchSpy(lookup), RerankSpy(lookup)
+    spy, rerank = SearchSpy(lookup), RerankSpy(monkeypatch)
     with monkeypatch.context() as patch:
         patch.setattr(ingest_module, "_delete", lambda *args, **kwargs: None)
         _ingest_with(settings, kb, 2, embed_model)  # v2 written, v1 not deleted: both in the collection
@@ -296,7 +294,7 @@ def test_ingest_while_looking_up_never_mixes_versions(
     model = MemoModel(embed_model, [QUERY])  # readers spend their time searching, not embedding
     lookup = KnowledgeLookup(settings, embed_model=model, trace_store=TraceStore("sqlite://"))
     assert lookup.plan == plan, lookup.plan_reason
-    spy, rerank = SearchSpy(lookup), RerankSpy(lookup)
+    spy, rerank = SearchSpy(lookup), RerankSpy(monkeypatch)
     mixes = MixCounter(monkeypatch)
     real_delete = ingest_module._delete
 

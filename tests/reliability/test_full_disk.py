@@ -46,7 +46,10 @@ def run_cli(*args: str, umask: int | None = None) -> subprocess.CompletedProcess
 def assert_one_line_error(done: subprocess.CompletedProcess[str], *fragments: str) -> str:
     assert done.returncode == 2, (done.stdout[-2000:], done.stderr[-3000:])
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
-    [line] = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    # Library records are one line each in the CLI's style too (`error: ...`); the command's own line comes last.
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert errors, done.stderr[-3000:]
+    line = errors[-1]
     for fragment in fragments:
         assert fragment in line, line
     return line

@@ -19,6 +19,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from kb_retrieval.engine import KnowledgeLookup
+from kb_retrieval.retrieval.query_check import EmptyQueryError
 from kb_retrieval.traces import WAIT_MARGIN_S, WRITERS, TraceStore
 from tests.reliability.conftest import KNOWN_QUERIES, check_result
 
@@ -272,12 +273,11 @@ def test_query_with_a_lone_surrogate_keeps_its_row(trace_url, sample_settings, e
     store = TraceStore(trace_url)
     lookup = KnowledgeLookup(sample_settings, embed_model=embed_model, trace_store=store)
     query = "RedisMemoryHigh \ud800 on cache-01 \udfff memory above maxmemory \ud83d\ude00"
-    result = lookup.lookup(query)
-    assert result.found and result.trace_recorded, store.last_error
-    row = store.rows()[-1]
-    stored = query.replace("\ud800", "\ufffd").replace("\udfff", "\ufffd").replace("\ud83d\ude00", "\ufffd\ufffd")
-    assert row.query == stored
-    assert row.retrieval_details["query_transform"]["original_query"] == stored
+    # A query that is not Unicode text is refused before any work (issue 40): no half-written row.
+    before = len(store.rows())
+    with pytest.raises(EmptyQueryError, match="lone surrogate"):
+        lookup.lookup(query)
+    assert len(store.rows()) == before
     assert store.failures == 0
 
 
