@@ -8,8 +8,6 @@ restart); an attempt that would start after the lookup's deadline is ``skipped``
 
 from __future__ import annotations
 
-import concurrent.futures
-import contextvars
 import logging
 import time
 from collections.abc import Sequence
@@ -22,7 +20,7 @@ from llama_index.core.schema import NodeWithScore
 
 from kb_retrieval.config import Settings
 from kb_retrieval.models import EvidenceBlock, FallbackReason, RetrievalAttempt
-from kb_retrieval.retrieval.deadline import Deadline, wait_until
+from kb_retrieval.retrieval.deadline import SEARCHES, Deadline
 from kb_retrieval.retrieval.events import lookup_retrieval
 from kb_retrieval.retrieval.evidence import build_evidence_blocks
 from kb_retrieval.retrieval.hybrid import HybridRetriever, HybridSearch, LookupQuery
@@ -31,9 +29,6 @@ from kb_retrieval.retrieval.timing import StageClock
 
 log = logging.getLogger(__name__)
 dispatcher = get_dispatcher(__name__)
-
-#: Searches in Milvus, each waited for until its lookup's deadline (a call held past it is left to finish here).
-_MILVUS_CALLS = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="kb-milvus-search")
 
 
 @dataclass
@@ -134,11 +129,10 @@ class AttemptRunner:
         if self.hybrid.dense.mirror_for(query.scope) is not None:
             return self.hybrid.search(embedding, query.query_str, category, deadline, clock.stage_ms, scope=None)
         stages: dict[str, float] = {}  # the worker's own: a search given up on must not write into this lookup's
-        call = contextvars.copy_context().run
-        future = _MILVUS_CALLS.submit(
-            call, self.hybrid.search, embedding, query.query_str, category, deadline, stages, scope=query.scope
+        future = SEARCHES.submit(
+            self.hybrid.search, embedding, query.query_str, category, deadline, stages, scope=query.scope
         )
-        search = wait_until(future, deadline)
+        search = SEARCHES.wait(future, deadline)
         for stage, ms in stages.items():
             clock.stage_ms[stage] = round(clock.stage_ms.get(stage, 0.0) + ms, 3)
         return search

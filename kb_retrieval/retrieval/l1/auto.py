@@ -27,6 +27,10 @@ class AutoPath:
         self.preferred = preferred
         self.fallback = fallback
 
+    def paths(self) -> tuple[VectorPath, VectorPath]:
+        """The preferred path and the fallback (a feature is auto's when both have it)."""
+        return self.preferred, self.fallback
+
     def search(
         self, embedding: list[float], top_k: int, filter_expr: str | None, timeout: float | None = None
     ) -> L1Search:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from kb_retrieval.config import Settings
 from kb_retrieval.models import Candidate, ScoreLabel
@@ -41,7 +41,12 @@ class HybridRequest:
     ids_count: int = 0
 
 
+@runtime_checkable
 class VectorPath(Protocol):
+    """A vector-store path: a dense search with an optional filter expression. The optional features a path may have
+    beside it (:class:`HybridPath`, :class:`IdSearchPath`, :class:`FetchPath`) are found once, when the L1 retriever
+    is built (:class:`~kb_retrieval.retrieval.l1.retriever.PathFeatures`)."""
+
     name: str
 
     def search(
@@ -51,19 +56,55 @@ class VectorPath(Protocol):
         ...
 
 
+@runtime_checkable
 class HybridPath(VectorPath, Protocol):
     """A path that can also send the dense and the BM25 request in one ``hybrid_search`` call
     (:mod:`kb_retrieval.retrieval.l1.full_text`). Paths without ``hybrid_search`` serve the in-process BM25 mode."""
 
-    def hybrid_search(self, request: HybridRequest, timeout: float | None = None) -> L1Search: ...
+    def hybrid_search(self, request: HybridRequest, timeout: float | None = None) -> L1Search:
+        """Dense and BM25 (and the exact-identifier chunks) in one call."""
+        ...
+
+
+@runtime_checkable
+class IdSearchPath(VectorPath, Protocol):
+    """A path whose dense search can return ids and scores only, the rows then read by key (the sdk path)."""
+
+    def search_ids(
+        self, embedding: list[float], top_k: int, filter_expr: str | None, timeout: float | None = None
+    ) -> list[tuple[str, float]]:
+        """The hits' ids and raw scores, best first."""
+        ...
+
+    def read(self, filter_expr: str, timeout: float | None = None) -> list[Candidate]:
+        """The rows ``filter_expr`` selects, as candidates to rescore."""
+        ...
+
+
+@runtime_checkable
+class FetchPath(VectorPath, Protocol):
+    """A path that can read chunks by key with their vectors, to score them here."""
+
+    def fetch(self, embedding: list[float], filter_expr: str, timeout: float | None = None) -> tuple[L1Search, Any]:
+        """The chunks ``filter_expr`` selects with their dense scores, and their vectors by chunk id."""
+        ...
 
 
 def supports_hybrid(path: object) -> bool:
-    """True when ``path`` (and, for ``auto``, both its paths) can serve a hybrid search."""
-    inner = [getattr(path, "preferred", None), getattr(path, "fallback", None)]
-    if all(p is not None for p in inner):
+    """True when ``path`` (and, for a path over two paths, ``auto``, both of them) can serve a hybrid search."""
+    inner = path.paths() if isinstance(path, TwoPaths) else ()
+    if inner:
         return all(supports_hybrid(p) for p in inner)
-    return callable(getattr(path, "hybrid_search", None))
+    return isinstance(path, HybridPath)
+
+
+@runtime_checkable
+class TwoPaths(Protocol):
+    """A path serving through one of two paths (``auto``): it has a feature when both of them have it."""
+
+    def paths(self) -> tuple[object, object]:
+        """The preferred path and the fallback."""
+        ...
 
 
 def output_fields(settings: Settings) -> list[str]:

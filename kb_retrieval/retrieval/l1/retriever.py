@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -23,7 +24,18 @@ from kb_retrieval.models import Candidate
 from kb_retrieval.retrieval.deadline import MIN_CALL_S
 from kb_retrieval.retrieval.filters import equals_expr, in_expr
 from kb_retrieval.retrieval.l1.auto import AutoPath
-from kb_retrieval.retrieval.l1.base import HybridRequest, L1Search, VectorPath, one_version_per_source, rescored
+from kb_retrieval.retrieval.l1.base import (
+    FetchPath,
+    HybridPath,
+    HybridRequest,
+    IdSearchPath,
+    L1Search,
+    PathName,
+    VectorPath,
+    one_version_per_source,
+    rescored,
+    supports_hybrid,
+)
 from kb_retrieval.retrieval.l1.full_text import dense_scores
 from kb_retrieval.retrieval.l1.memory import MemoryMirror, estimated_mirror_mb
 from kb_retrieval.retrieval.l1.sdk import SdkPath
@@ -38,6 +50,29 @@ def make_path(settings: Settings, client: MilvusClient) -> VectorPath:
     if settings.vector_store_mode == "vectorstore":
         return VectorStorePath(settings)
     return AutoPath(VectorStorePath(settings), SdkPath(client, settings))
+
+
+@dataclass(frozen=True)
+class PathFeatures:
+    """What a path can do beside its dense search, found once when the L1 retriever is built: each the path itself
+    typed for that feature, or ``None``.
+
+    ``ids_only``: a dense search returning ids and scores only, the rows read by key (the sdk path); ``fetch``: a read
+    by key with the vectors, to score chunks here; ``hybrid``: dense and BM25 in one call (for ``auto``, when both of
+    its paths can)."""
+
+    ids_only: IdSearchPath | None
+    fetch: FetchPath | None
+    hybrid: HybridPath | None
+
+    @classmethod
+    def of(cls, path: VectorPath) -> PathFeatures:
+        """The features of ``path``."""
+        return cls(
+            ids_only=path if isinstance(path, IdSearchPath) else None,
+            fetch=path if isinstance(path, FetchPath) else None,
+            hybrid=path if isinstance(path, HybridPath) and supports_hybrid(path) else None,
+        )
 
 
 class KeptChunks:
@@ -114,6 +149,7 @@ class L1Retriever(BaseRetriever):
     ) -> None:
         super().__init__(**kwargs)
         self.path = path
+        self.features = PathFeatures.of(path)
         self.memory = memory
         self.settings = settings
         self.embed_model = embed_model
@@ -154,9 +190,9 @@ class L1Retriever(BaseRetriever):
         if (memory := self.mirror_for(scope)) is not None:
             return memory.search(embedding, limit, category, ids)
         expr = self.filter_expr(category, ids, scope)
-        path: Any = self.path
-        if kept is None or kept.full or not callable(getattr(path, "search_ids", None)):
-            return path.search(embedding, limit, expr, timeout)
+        path = self.features.ids_only
+        if kept is None or kept.full or path is None:
+            return self.path.search(embedding, limit, expr, timeout)
         started = time.monotonic()
         hits = path.search_ids(embedding, limit, expr, timeout)
         read: dict[str, Candidate] = {}
@@ -167,7 +203,8 @@ class L1Retriever(BaseRetriever):
         # A hit deleted between the search and the read has no row: it is no longer a chunk, and left out.
         rows = [(row, score) for chunk_id, score in hits if (row := kept.row(chunk_id) or read.get(chunk_id))]
         candidates = [rescored(row, score) for row, score in rows]
-        return L1Search(candidates=one_version_per_source(candidates), path=path.name, reads=int(bool(missing)))
+        name = cast(PathName, path.name)
+        return L1Search(candidates=one_version_per_source(candidates), path=name, reads=int(bool(missing)))
 
     def scored(
         self,
@@ -183,10 +220,10 @@ class L1Retriever(BaseRetriever):
         dense search restricted to them. Scores equal a restricted search's to float32 precision."""
         if (memory := self.mirror_for(scope)) is not None:
             return memory.search(embedding, len(ids), category, ids)
-        fetch = getattr(self.path, "fetch", None)
-        if not ids or not callable(fetch):
+        fetching = self.features.fetch
+        if not ids or fetching is None:
             return self.search(embedding, category, ids=ids, timeout=timeout, scope=scope)
-        found, vectors = fetch(embedding, self.filter_expr(category, ids, scope), timeout)
+        found, vectors = fetching.fetch(embedding, self.filter_expr(category, ids, scope) or "", timeout)
         if kept is not None:
             kept.keep(found.candidates, vectors)
         found.candidates = one_version_per_source(found.candidates)
@@ -215,8 +252,9 @@ class L1Retriever(BaseRetriever):
             ids_filter=self.filter_expr(category, ids, scope) if ids else None,
             ids_count=len(ids or []),
         )
-        path: Any = self.path
-        return path.hybrid_search(request, timeout)
+        if self.features.hybrid is None:
+            raise TypeError(f"the vector-store path ({type(self.path).__name__}) has no hybrid search")
+        return self.features.hybrid.hybrid_search(request, timeout)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         embedding = query_bundle.embedding or embed_query(self.embed_model, query_bundle.query_str)
