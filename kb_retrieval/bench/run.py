@@ -18,10 +18,10 @@ from kb_retrieval.bench.speed import (
     ingest_throughput,
     latency_at_scale,
     server_scale,
-    server_targets,
     start_up,
     warm_latency,
 )
+from kb_retrieval.bench.targets import targets, warm_latency_sets
 from kb_retrieval.config import Settings
 from kb_retrieval.reporting import replace_marked_section
 
@@ -31,19 +31,6 @@ PARTS = ("quality", "speed", "scale")
 BENCH_MILVUS_URI_ENV = "KB_BENCH_MILVUS_URI"
 #: The question-style query set of the warm-latency figures (alert texts: runbooks-alerts-dev).
 QUESTIONS_SET = "runbooks-paraphrase-dev.jsonl"
-#: Warm lookup p50 at most this share of the stock dense retriever's (its default torch threads and one thread),
-#: per query set (issue 21).
-LATENCY_TARGETS = {"alerts": 0.5, "questions": 0.5}
-#: A ``KnowledgeLookup`` on the runbooks corpus builds within this many seconds, the model loaded (issue 21).
-BUILD_TARGET_S = 1.5
-#: Construction at the largest scale size once the index version's snapshot exists (issue 21: 100k chunks, 5 s).
-SCALE_BUILD_TARGET_S = 5.0
-#: Issue 21's scale targets: Lite lookup p50 at the largest size (100k chunks), in ms; on a server, lookup p50 at the
-#: smallest size over (query embedding + raw vector search), the largest size's p50 over the smallest's, p95 over p50.
-LITE_LARGEST_P50_MS = 150.0
-SERVER_OVER_SEARCH = 2.0
-SERVER_LARGEST_OVER_SMALLEST = 1.5
-SERVER_P95_OVER_P50 = 3.0
 README_START = "<!-- bench:start -->"
 README_END = "<!-- bench:end -->"
 
@@ -53,6 +40,8 @@ def _log(message: str) -> None:
 
 
 def run_bench(shared: Path, out_dir: Path, state_root: Path, *, parts: set[str], readme: Path | None) -> dict[str, Any]:
+    """Run the bench ``parts`` over the corpora and golden sets in ``shared``; write the report into ``out_dir`` and
+    its summary into ``readme``; return the report."""
     from kb_retrieval.indexing.embeddings import load_embed_model
 
     started = time.perf_counter()
@@ -162,118 +151,8 @@ def _remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-PARAPHRASE_SET = "runbooks-paraphrase-dev"
-PARAPHRASE_HIT1 = {"runbooks": 0.70, "mixed": 0.72}  # issue 20 (issue 12 asked 0.62 / 0.58)
-PARAPHRASE_HIT5 = 0.88
-#: Issue 20's found decision over the runbooks: answerable found=true at least this share, with unanswerable
-#: found=false at least that share (7 of 8).
-PARAPHRASE_FOUND, PARAPHRASE_REFUSED = 0.97, 0.875
-
-
-def targets(report: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    quality = report.get("quality") or {}
-    mixed_dev = quality.get("mixed", {}).get("runbooks-alerts-dev")
-    if mixed_dev:
-        value = mixed_dev["lookup_knowledge"]["hit@1"]
-        out["mixed_dev_hit@1>=0.80"] = {"value": value, "met": value >= 0.80}
-    # Issue 12: questions in an engineer's own words (no alert name), over the runbooks and in MIXED.
-    for setting, least in PARAPHRASE_HIT1.items():
-        paraphrase = quality.get(setting, {}).get(PARAPHRASE_SET)
-        if paraphrase:
-            ours = paraphrase["lookup_knowledge"]
-            out[f"paraphrase_hit@1>={least}_{setting}"] = {"value": ours["hit@1"], "met": ours["hit@1"] >= least}
-            hit5 = ours.get("hit@5")
-            out[f"paraphrase_hit@5>={PARAPHRASE_HIT5}_{setting}"] = {
-                "value": hit5,
-                "met": hit5 is not None and hit5 >= PARAPHRASE_HIT5,
-            }
-            if setting == "runbooks":
-                found, refused = ours.get("answerable_found_true"), ours.get("no_answer_found_false")
-                out[f"paraphrase_found>={PARAPHRASE_FOUND}_refused>={PARAPHRASE_REFUSED}_runbooks"] = {
-                    "found": found,
-                    "refused": refused,
-                    "met": found is not None
-                    and refused is not None
-                    and found >= PARAPHRASE_FOUND
-                    and refused >= PARAPHRASE_REFUSED,
-                }
-    below = []
-    for setting, sets in quality.items():
-        for name, systems in sets.items():
-            ours = systems["lookup_knowledge"]["hit@1"]
-            best = max((systems[s]["hit@1"] for s in SYSTEMS[1:] if systems[s]["hit@1"] is not None), default=None)
-            if ours is not None and best is not None and ours < best:
-                below.append(f"{setting}/{name}: {ours} < {best}")
-    if quality:
-        out["never_below_best_stock_hit@1"] = {"met": not below, "below": below}
-        no_answer = [
-            (systems["lookup_knowledge"]["no_answer_found_false"], systems["lookup_knowledge"]["answerable_found_true"])
-            for sets in quality.values()
-            for systems in sets.values()
-            if systems["lookup_knowledge"]["no_answer_found_false"] is not None
-        ]
-        share = min((a for a, _ in no_answer), default=None)
-        out["no_answer_mostly_found_false"] = {"min_share": share, "met": share is not None and share > 0.5}
-        excluded = {  # issue 20: a category filter never excludes every expected document
-            f"{setting}/{name}": count
-            for setting, sets in quality.items()
-            for name, systems in sets.items()
-            if (count := systems["lookup_knowledge"].get("filter_excluded_all_expected"))
-        }
-        out["filter_excluded_every_expected==0"] = {"excluded": excluded, "met": not excluded}
-    latency_sets = warm_latency_sets((report.get("speed") or {}).get("warm_latency"))
-    for name, bound in LATENCY_TARGETS.items():
-        if figures := latency_sets.get(name):
-            for suffix in ("", "_1_thread"):
-                if (ratio := figures.get(f"p50_ratio{suffix}")) is not None:
-                    out[f"warm_p50<={bound}x_stock_dense{suffix}_{name}"] = {"ratio": ratio, "met": ratio <= bound}
-    if start := (report.get("speed") or {}).get("start_up"):
-        build = start["lookup_build_s"]
-        out[f"lookup_build<={BUILD_TARGET_S}s_runbooks"] = {"seconds": build, "met": build <= BUILD_TARGET_S}
-    lite_sizes = (report.get("speed") or {}).get("scale") or []
-    if lite_sizes and "lookup_rebuild_s" in lite_sizes[-1]:  # issue 21: a start at 100k chunks within 5 s
-        largest = lite_sizes[-1]
-        out[f"lookup_build<={SCALE_BUILD_TARGET_S}s_{largest['chunks']}_chunks"] = {
-            "seconds": largest["lookup_rebuild_s"],
-            "state": largest["lookup_rebuild_state"],
-            "met": largest["lookup_rebuild_s"] <= SCALE_BUILD_TARGET_S
-            and largest["lookup_rebuild_state"] == "snapshot",
-        }
-    throughput = (report.get("speed") or {}).get("ingest_throughput")
-    if throughput:
-        out["ingest/raw_embedding>=0.85"] = {"ratio": throughput["ratio"], "met": throughput["ratio"] >= 0.85}
-    if lite_sizes:  # issue 21: Lite at 100k text-bearing chunks
-        largest = lite_sizes[-1]
-        name = f"lite_p50_{largest['chunks']}_chunks<={LITE_LARGEST_P50_MS:g}ms"
-        out[name] = {"ms": largest["p50_ms"], "met": largest["p50_ms"] <= LITE_LARGEST_P50_MS}
-    server_sizes = ((report.get("speed") or {}).get("scale_server") or {}).get("sizes") or []
-    out.update(_server_targets(server_sizes))
-    return out
-
-
-def _server_targets(sizes: list[dict[str, Any]]) -> dict[str, Any]:
-    """Issue 21's targets on a server, from the sizes measured (smallest first)."""
-    out: dict[str, Any] = {}
-    if not sizes:
-        return out
-    smallest, largest = sizes[0], sizes[-1]
-    if "stage_mean_ms" in smallest:
-        ratio = server_targets(sizes)["p50_over_embed_plus_search"][str(smallest["chunks"])]
-        out[f"server_p50_{smallest['chunks']}_chunks<={SERVER_OVER_SEARCH:g}x_embed+search"] = {
-            "ratio": ratio,
-            "met": ratio <= SERVER_OVER_SEARCH,
-        }
-    if len(sizes) >= 2:
-        ratio = round(largest["p50_ms"] / smallest["p50_ms"], 3)
-        name = f"server_p50_{largest['chunks']}_chunks<={SERVER_LARGEST_OVER_SMALLEST:g}x_{smallest['chunks']}"
-        out[name] = {"ratio": ratio, "met": ratio <= SERVER_LARGEST_OVER_SMALLEST}
-    worst = max(round(s["p95_ms"] / s["p50_ms"], 3) for s in sizes)
-    out[f"server_p95<={SERVER_P95_OVER_P50:g}x_p50"] = {"ratio": worst, "met": worst <= SERVER_P95_OVER_P50}
-    return out
-
-
 def summary_markdown(report: dict[str, Any]) -> str:
+    """The README's bench section: hit@1 per setting and golden set, then the speed figures."""
     lines = [
         "| setting | golden set | "
         + " | ".join(f"{s} hit@1" for s in SYSTEMS)
@@ -362,15 +241,6 @@ LATENCY_SET_WORDS = {
 }
 
 
-def warm_latency_sets(latency: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
-    """The warm-latency figures per query set; a report written before there were sets holds alert texts only."""
-    if not latency:
-        return {}
-    if "p50_ratio" in latency:
-        return {"alerts": latency}
-    return {name: latency[name] for name in (*LATENCY_TARGETS, *latency) if isinstance(latency.get(name), dict)}
-
-
 def server_scale_markdown(server: dict[str, Any], lite: list[dict[str, Any]]) -> str:
     """The server's scale figures in one paragraph, beside Lite's index-version cost."""
     sizes = server["sizes"]
@@ -400,6 +270,7 @@ def _fmt(value: float | None) -> str:
 
 
 def write_report(report: dict[str, Any], out_dir: Path) -> None:
+    """Write ``bench.json``, its Markdown and charts into ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "bench.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     charts = write_bench_charts(report, out_dir)
@@ -488,6 +359,7 @@ def _strong(m: dict[str, Any]) -> str:
 
 
 def update_readme(readme: Path, summary: str) -> None:
+    """Replace the README's bench section (between its markers) with ``summary``."""
     text = readme.read_text(encoding="utf-8")
     new = replace_marked_section(text, README_START, README_END, summary)
     if new != text:

@@ -1,143 +1,36 @@
-"""The ``tool_invocation`` table: one compact row per ``lookup_knowledge`` call, through SQLAlchemy.
+"""The trace store: the database behind the ``tool_invocation`` table (any SQLAlchemy URL; SQLite by default, its file
+private to its owner), writing rows through the writer threads (:mod:`.writer`) and reading them back.
 
-A SQLite file in the state directory by default; any SQLAlchemy URL (PostgreSQL, MySQL) for a shared deployment.
-``retrieval_details`` holds the modular pipeline's trace (query transform, every retrieval attempt, rerank trace,
-context pack summary, evidence summaries with content truncated) and never the full evidence content.
-
-Rows are written by a few background threads. By default a lookup does not wait for its row: the row joins a
-bounded queue and the lookup returns (``trace_recorded = true`` then says the row was accepted). Every accepted row
-is either committed or its loss is logged and counted (``TraceStore.failures``), never silently dropped: a write
-error is logged by the writer, and :meth:`TraceStore.close` (and, for a store left open, the end of the process)
-waits while the database takes rows and gives up, logs and counts whatever is left once it has taken none for
-``timeout_s``. Readers (:meth:`TraceStore.rows`, :meth:`TraceStore.count`) first wait for the rows accepted before
-them, so a lookup's row is visible to the next read. A full queue (the
-database far slower than the lookups) makes a lookup wait up to ``timeout_s`` for room; then its row is given up
-(logged, counted, ``trace_recorded = false``). With ``wait=True`` (``KB_TRACE_WAIT``) a lookup instead waits for
-its row's commit, at most ``timeout_s`` (``KB_TRACE_TIMEOUT_S``) plus a small margin, and ``trace_recorded`` says
-whether it was committed. A failing trace store never fails a lookup.
-
-The query text can be kept in full, hashed or redacted (``KB_TRACE_QUERY``); text a database cannot store (NUL in
-PostgreSQL text, lone surrogates anywhere) is stored with U+FFFD in its place.
+See :mod:`kb_retrieval.traces` for what a store promises about every accepted row.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import datetime as dt
-import hashlib
 import logging
 import math
 import os
-import queue
-import re
 import threading
 import time
-import weakref
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from sqlalchemy import (
-    JSON,
-    Boolean,
-    DateTime,
-    Float,
-    Integer,
-    String,
-    Text,
-    create_engine,
-    event,
-    func,
-    insert,
-    select,
-)
+from sqlalchemy import create_engine, event, func, select
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
-from kb_retrieval.beside import disabled_entry
-from kb_retrieval.config import Settings, mask_secrets, url_secrets
+from kb_retrieval.config import Settings
+from kb_retrieval.masking import mask_secrets, url_secrets
 from kb_retrieval.models import LookupResult
+from kb_retrieval.traces.details import QueryMode, private_details, retrieval_details, stored_query
+from kb_retrieval.traces.schema import INSERT, TOOL_NAME, Base, ToolInvocation
+from kb_retrieval.traces.writer import QUEUE_ROWS, WAIT_MARGIN_S, Job, RowWriter
 
-log = logging.getLogger(__name__)
-TOOL_NAME = "lookup_knowledge"
-QueryMode = Literal["full", "hash", "redact"]
-#: A database that honours its own timeout reports its error within this margin of it; then the lookup moves on.
-WAIT_MARGIN_S = 0.25
-#: Background writer threads per store: writes to a hung database occupy them; later rows wait (bounded) in a queue.
-WRITERS = 4
-#: Rows a store holds for its writers at most (a few hundred KB); when full, a lookup waits up to ``timeout_s``.
-QUEUE_ROWS = 1000
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-class Base(DeclarativeBase):
-    pass
-
-
-class ToolInvocation(Base):
-    __tablename__ = "tool_invocation"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    tool_name: Mapped[str] = mapped_column(String(64), index=True)
-    query: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), index=True)
-    duration_ms: Mapped[float] = mapped_column(Float)
-    found: Mapped[bool] = mapped_column(Boolean)
-    evidence_status: Mapped[str] = mapped_column(String(32))
-    retrieval_layer: Mapped[str] = mapped_column(String(16))
-    retrieval_details: Mapped[dict[str, Any]] = mapped_column(JSON)
-
-
-#: How a row is written (the ORM reads rows back; writing needs none of its bookkeeping).
-_INSERT = insert(ToolInvocation)
-
-
-def retrieval_details(
-    result: LookupResult, content_chars: int = 160, sidecar: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """The compact trace of one call (snake_case keys, as the spec names them).
-
-    ``sidecar`` is the compact run of a comparison retriever (``kb_retrieval.beside``) when one ran beside the
-    lookup; without one the entry says ``disabled``.
-    """
-    hints = result.query_transform.hints
-    transform = result.query_transform.model_dump(mode="json")
-    return {
-        "query_transform": transform,
-        "l0_hints": {
-            "keywords": hints.matched_keywords,
-            "domains": hints.domains,
-            "entities": hints.entities,
-            "titles": hints.matched_titles,
-            "title_coverage": hints.title_coverage,
-        },
-        "retrieval_trace": result.retrieval_trace.model_dump(mode="json"),
-        "fallback_reason": result.retrieval_trace.fallback_reason,
-        "rerank_trace": result.rerank_trace.model_dump(mode="json"),
-        "context_pack_summary": result.context_pack.summary.model_dump(mode="json"),
-        "evidence_blocks": [
-            {
-                "source": b.source,
-                "title": b.title,
-                "breadcrumb": b.breadcrumb,
-                "retrieval_layer": b.retrieval_layer,
-                "score": b.score,
-                "similarity": b.similarity,
-                "hit_reasons": b.hit_reasons,
-                "content_preview": b.content[:content_chars],
-                "content_truncated": len(b.content) > content_chars,
-            }
-            for b in result.evidence_blocks
-        ],
-        "candidate_count": result.retrieval_trace.candidate_count,
-        "final_count": result.retrieval_trace.final_count,
-        "relevance_level": result.relevance_level,
-        "completeness_hint": result.completeness_hint,
-        "stage_ms": result.stage_ms,
-        "sidecar": sidecar if sidecar is not None else disabled_entry(),
-    }
+# The package's logger: what a store logs is the trace store's, whichever of its modules says it.
+log = logging.getLogger("kb_retrieval.traces")
 
 
 class TraceStoreError(ValueError):
@@ -196,12 +89,9 @@ class TraceStore:
         self.failures = 0
         self.last_error: str | None = None
         self._lock = threading.Lock()  # serialises SQLite writes
-        self._state_lock = threading.Lock()  # guards failures/last_error, writers, outstanding rows; never held on I/O
+        self._state_lock = threading.Lock()  # guards failures/last_error; never held on I/O
         self._schema_lock = threading.Lock()  # schema creation (talks to the database, so apart from the above)
-        self._jobs: queue.Queue[_Job | None] = queue.Queue(maxsize=queue_rows)
-        self._outstanding: set[_Job] = set()  # accepted rows not yet written, failed or given up
-        self._settled = 0  # rows settled so far: progress, while the queue drains
-        self._writers: list[threading.Thread] = []
+        self._writer = RowWriter(self._write, self._failed, timeout_s=timeout_s, queue_rows=queue_rows)
         self._is_sqlite = url.startswith("sqlite")
         if self._is_sqlite and url.startswith("sqlite:///") and url != "sqlite:///:memory:":
             try:
@@ -224,7 +114,6 @@ class TraceStore:
             busy_ms = int(timeout_s * 1000)
             event.listen(self.engine, "connect", lambda conn, _record: _sqlite_pragmas(conn, busy_ms))
         self._ready = False
-        _OPEN_STORES.add(self)  # rows still queued when the process ends are written then (or counted as lost)
 
     def _ensure_schema(self) -> None:
         if not self._ready:
@@ -281,8 +170,8 @@ class TraceStore:
             "retrieval_layer": result.retrieval_layer,
             "retrieval_details": self._details(result, sidecar),
         }
-        job = _Job(row, detached=not waits)
-        if not self._enqueue(job):
+        job = Job(row, detached=not waits)
+        if not self._writer.enqueue(job):
             return False
         if not waits:
             return True
@@ -295,7 +184,7 @@ class TraceStore:
             if in_doubt:
                 self._failed(f"TimeoutError: the commit was unanswered after {waited:g} s (the row may be recorded)")
             else:
-                self._settle(job)
+                self._writer.settle(job)
                 self._failed(f"TimeoutError: the trace database did not answer within {waited:g} s")
             return False
         if job.state == "abandoned":  # given up by close() meanwhile, which counted it
@@ -305,78 +194,22 @@ class TraceStore:
             return False
         return True
 
-    def _enqueue(self, job: _Job) -> bool:
-        """Hand the row to the writers; when the queue stays full for ``timeout_s``, give it up (logged, counted)."""
-        self._start_writers()
-        with self._state_lock:
-            self._outstanding.add(job)
-        try:
-            self._jobs.put(job, timeout=self.timeout_s)
-        except queue.Full:
-            self._settle(job)
-            self._failed(
-                f"QueueFull: {self._jobs.maxsize} rows were already waiting for the trace database; this one was given "
-                f"up after {self.timeout_s:g} s"
-            )
-            return False
-        return True
-
-    def _settle(self, job: _Job) -> None:
-        """The row is written, failed or given up: nothing waits for it any more."""
-        job.done.set()
-        with self._state_lock:
-            self._outstanding.discard(job)
-            self._settled += 1
-
     def flush(self, timeout_s: float | None = None) -> bool:
         """Wait until every row accepted so far is written, failed or given up (at most ``timeout_s``, by default
-        the store's ``timeout_s`` + :data:`WAIT_MARGIN_S`); True when none is left waiting. Gives nothing up."""
-        deadline = time.monotonic() + (self.timeout_s + WAIT_MARGIN_S if timeout_s is None else timeout_s)
-        with self._state_lock:
-            pending = list(self._outstanding)
-        return all(job.done.wait(max(0.0, deadline - time.monotonic())) for job in pending)
-
-    def _give_up_pending(self, why: str) -> None:
-        """Give up the rows still waiting (they are rolled back or never started, so they never land later), and log
-        and count them; a row whose commit is under way is counted as in doubt."""
-        with self._state_lock:
-            pending = list(self._outstanding)
-        lost = in_doubt = 0
-        for job in pending:
-            with job.lock:
-                if job.done.is_set() or job.state == "abandoned":
-                    continue
-                if job.state == "committing":
-                    in_doubt += 1
-                    continue
-                job.state = "abandoned"
-            self._settle(job)
-            lost += 1
-        if lost:
-            self._failed(f"TimeoutError: {lost} row(s) still waiting for the trace database {why}: given up", lost)
-        if in_doubt:
-            self._failed(f"TimeoutError: {in_doubt} commit(s) unanswered {why} (the rows may be recorded)", in_doubt)
+        the store's ``timeout_s`` + :data:`~kb_retrieval.traces.writer.WAIT_MARGIN_S`); True when none is left
+        waiting. Gives nothing up."""
+        return self._writer.flush(timeout_s)
 
     def _details(self, result: LookupResult, sidecar: dict[str, Any] | None) -> dict[str, Any]:
         """``retrieval_details`` with the query texts in the store's query mode and only storable text."""
-        details = retrieval_details(result, self.content_chars, sidecar)
-        if self.query_mode != "full":  # the query is in the transform (as given and normalised) and in each attempt
-            transform = details["query_transform"]
-            for key in ("original_query", "normalized_query"):
-                transform[key] = self.stored_query(transform[key])
-            for attempt in details["retrieval_trace"]["attempts"]:
-                attempt["query"] = self.stored_query(attempt["query"])
-        return _storable(details)
+        return private_details(retrieval_details(result, self.content_chars, sidecar), self.query_mode)
 
     def stored_query(self, text: str) -> str:
         """The query as trace rows keep it: in full, as ``sha256:<hex>``, or as ``[redacted: N characters]``."""
-        if self.query_mode == "hash":
-            return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-        if self.query_mode == "redact":
-            return f"[redacted: {len(text)} characters]"
-        return _SURROGATE.sub("\ufffd", text)
+        return stored_query(text, self.query_mode)
 
     def _failed(self, message: str, rows: int = 1) -> None:
+        """Log and count ``rows`` lost rows (never raises: a failing store never fails a lookup)."""
         with self._state_lock:
             self.failures += rows
             failures = self.failures
@@ -388,25 +221,7 @@ class TraceStore:
             mask_secrets(message, url_secrets(self.url)),
         )
 
-    def _start_writers(self) -> None:
-        if self._writers:
-            return
-        with self._state_lock:
-            while len(self._writers) < WRITERS:
-                # Daemon threads: a write stuck on a hung database never keeps the process from exiting (rows still
-                # queued at exit are written, or given up and counted, by the atexit hook below).
-                thread = threading.Thread(target=self._write_jobs, name="kb-trace-writer", daemon=True)
-                thread.start()
-                self._writers.append(thread)
-
-    def _write_jobs(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            try:
-                self._write(job)
-            finally:
-                self._settle(job)
-
-    def _write(self, job: _Job) -> None:
+    def _write(self, job: Job) -> None:
         with job.lock:
             if job.state == "abandoned":
                 return
@@ -415,7 +230,7 @@ class TraceStore:
             with self._sqlite_serialised():
                 self._ensure_schema()
                 with self.engine.connect() as connection:
-                    connection.execute(_INSERT, job.row)  # what a locked or hung database holds up
+                    connection.execute(INSERT, job.row)  # what a locked or hung database holds up
                     with job.lock:
                         abandoned = job.state == "abandoned"
                         if not abandoned:
@@ -474,68 +289,9 @@ class TraceStore:
         """Write the queued rows (while the database takes them: a database that takes none for ``timeout_s`` +
         :data:`WAIT_MARGIN_S` has the rest given up, logged and counted), stop the writer threads once idle and
         release the connections. A closed store can record again."""
-        self._drain("when the store was closed")
-        with self._state_lock:
-            for _ in self._writers:
-                with contextlib.suppress(queue.Full):  # writers stuck on a hung database: daemon threads, left
-                    self._jobs.put_nowait(None)
-            self._writers = []
+        self._writer.drain("when the store was closed")
+        self._writer.stop()
         self.engine.dispose()
-
-    def _drain(self, why: str) -> None:
-        """Wait for the accepted rows while the database keeps taking them; once none has been settled for
-        ``timeout_s`` + :data:`WAIT_MARGIN_S`, give up the rest (logged, counted)."""
-        while True:
-            settled = self._settled
-            if self.flush():
-                return
-            if self._settled == settled:
-                self._give_up_pending(f"{why} (none settled for {self.timeout_s + WAIT_MARGIN_S:g} s)")
-                return
-
-
-def row_dict(row: ToolInvocation, *, details: bool = True) -> dict[str, Any]:
-    """One row as JSON-ready data (what ``kb-retrieval traces --json`` prints and ``GET /v1/traces`` answers): its
-    columns, with ``retrieval_details`` when ``details``."""
-    created = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=dt.timezone.utc)
-    out: dict[str, Any] = {
-        "id": row.id,
-        "tool_name": row.tool_name,
-        "query": row.query,
-        "created_at": created.isoformat(),
-        "duration_ms": row.duration_ms,
-        "found": row.found,
-        "evidence_status": row.evidence_status,
-        "retrieval_layer": row.retrieval_layer,
-    }
-    if details:
-        out["retrieval_details"] = row.retrieval_details
-    return out
-
-
-class _Job:
-    """One row on its way to the database, and what became of it. ``detached``: nobody waits for it, so the writer
-    reports its failure."""
-
-    def __init__(self, row: dict[str, Any], *, detached: bool) -> None:
-        self.row = row
-        self.detached = detached
-        self.done = threading.Event()
-        self.lock = threading.Lock()
-        self.state: Literal["queued", "writing", "committing", "abandoned"] = "queued"
-        self.error: Exception | None = None
-
-
-_OPEN_STORES: weakref.WeakSet[TraceStore] = weakref.WeakSet()
-
-
-@atexit.register
-def _drain_open_stores() -> None:
-    """At the end of the process (the writers are daemon threads), write the rows every store still holds, or, once
-    its database takes none for ``timeout_s``, give them up, logged and counted: a lookup that returned before its
-    row was written never loses it silently."""
-    for store in list(_OPEN_STORES):
-        store._drain("at the end of the process")
 
 
 def _create_private(path: Path) -> None:
@@ -544,17 +300,6 @@ def _create_private(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileExistsError):
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-
-
-def _storable(value: Any) -> Any:
-    """``value`` (JSON details) with lone surrogates, which no database stores, replaced by U+FFFD."""
-    if isinstance(value, str):
-        return value if value.isascii() else _SURROGATE.sub("\ufffd", value)  # most are ASCII: no surrogate
-    if isinstance(value, dict):
-        return {key: _storable(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_storable(item) for item in value]
-    return value
 
 
 def _connect_args(url: str, timeout_s: float) -> dict[str, Any]:
