@@ -6,7 +6,6 @@ import argparse
 import io
 import json
 import logging
-import os
 import shutil
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from pydantic import ValidationError
 from kb_retrieval.cli import build_parser, main
 from kb_retrieval.config import Settings
 from tests.conftest import REPO, SAMPLE_KB
+from tests.support.kb import offline_env
 
 DOC = (
     "---\ntitle: Disk full\nkeywords: [NodeDiskFull]\ncategory: linux\n---\n"
@@ -310,7 +310,7 @@ def test_demo_masks_the_trace_database_password(sample_settings, tmp_path, capsy
 def test_console_script_first_ingest_is_quiet_and_head_ends_it_cleanly(kb, tmp_path):
     script = Path(sys.executable).parent / "kb-retrieval"
     state = str(tmp_path / "state")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env = offline_env()
     ingest = subprocess.run(
         [script, "ingest", str(kb), "--state-dir", state], capture_output=True, text=True, env=env, timeout=240
     )

@@ -21,9 +21,10 @@ import pytest
 
 from kb_retrieval.cli import main
 from tests.conftest import SAMPLE_KB
+from tests.support.kb import offline_env
 
 SCRIPT = Path(sys.executable).parent / "kb-retrieval"
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+ENV = offline_env()
 QUESTION = "RedisMemoryHigh: Redis memory usage above 90% of maxmemory on redis-cache-01:6379"
 
 

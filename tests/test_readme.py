@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, SAMPLE_KB
+from tests.support.kb import offline_env
 
 README = REPO / "README.md"
 REFERENCE = REPO / "docs" / "reference.md"
@@ -128,7 +129,7 @@ def demo_server(sample_settings, tmp_path_factory: pytest.TempPathFactory) -> It
         [str(script), "serve", "--state-dir", str(state), "--port", SERVER.split(":")[1]],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+        env=offline_env(),
     )
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and process.poll() is None:

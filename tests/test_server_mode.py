@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from kb_retrieval.indexing.ingest import ingest
 from kb_retrieval.indexing.l0_index import L0Index
 from kb_retrieval.indexing.milvus import QUERY_WINDOW, connect, ensure_side_collection, is_lite_engine, iter_rows
 from tests.conftest import REPO, SAMPLE_KB
+from tests.support.kb import offline_env
 
 pytestmark = pytest.mark.server
 
@@ -80,7 +80,7 @@ INGEST_ON_GO = (
 
 
 def _process_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return offline_env(PYTHONPATH=str(REPO))
 
 
 def test_new_server_collection_gets_hnsw_and_session_consistency(server_settings):
@@ -251,7 +251,7 @@ def test_a_long_lived_lookup_sees_another_process_ingest_on_the_server(milvus_se
         [sys.executable, "-m", "kb_retrieval.cli", "ingest", str(kb), "--uri", milvus_server.uri,
          "--collection", "kb_server_fresh", "--state-dir", str(tmp_path / "writer")],
         capture_output=True, text=True, timeout=300, cwd=REPO,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        env=offline_env(),
     )  # fmt: skip
     assert writer.returncode == 0, writer.stderr[-2000:]
     ingested = time.monotonic()

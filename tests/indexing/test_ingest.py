@@ -14,6 +14,7 @@ from kb_retrieval.indexing.ingest import WINDOW_BATCHES, ingest
 from kb_retrieval.indexing.l0_index import L0Index
 from kb_retrieval.indexing.milvus import MilvusUnavailableError, SchemaMismatchError, connect
 from kb_retrieval.knowledge.loader import KnowledgeBaseError
+from tests.support.kb import write_kb
 
 DOC_A = """---
 title: Redis memory usage high
@@ -30,14 +31,6 @@ Run `redis-cli INFO memory` and compare used_memory with maxmemory.
 Raise maxmemory or pick an eviction policy.
 """
 DOC_B = "# MySQL replication lag\n\n## Diagnosis\nCheck Seconds_Behind_Source in SHOW REPLICA STATUS.\n"
-
-
-def write_kb(root: Path, docs: dict[str, str]) -> Path:
-    for rel, text in docs.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    return root
 
 
 def rows(settings: Settings) -> dict[str, dict]:

@@ -16,6 +16,7 @@ from kb_retrieval.indexing.ingest import ingest, remove_root
 from kb_retrieval.indexing.ingest_record import read_ingest_record
 from kb_retrieval.indexing.milvus import connect, iter_rows
 from kb_retrieval.knowledge.loader import KnowledgeBaseError
+from tests.support.kb import write_kb
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -42,10 +43,7 @@ QUESTIONS = {
 
 
 def _kb(root: Path) -> Path:
-    for rel, text in {"redis.md": REDIS, "notes/kafka-lag.txt": KAFKA, "web/nginx-502.html": NGINX}.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    return root
+    return write_kb(root, {"redis.md": REDIS, "notes/kafka-lag.txt": KAFKA, "web/nginx-502.html": NGINX})
 
 
 def _sources(settings: KBSettings) -> list[str]:

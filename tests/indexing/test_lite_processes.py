@@ -24,6 +24,7 @@ from kb_retrieval.indexing.l0_index import L0Index
 from kb_retrieval.indexing.milvus import MilvusLiteLockedError, connect, is_lite_engine, lite_lock_holder
 from kb_retrieval.traces import TraceStore
 from tests.conftest import REPO, SAMPLE_KB
+from tests.support.kb import offline_env
 from tests.support.processes import lite_server as start_lite_server
 
 HOLD = (
@@ -37,7 +38,7 @@ HOLD = (
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return offline_env(PYTHONPATH=str(REPO))
 
 
 @pytest.fixture

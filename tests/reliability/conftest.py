@@ -29,6 +29,7 @@ from kb_retrieval.models import Candidate, LookupResult
 from kb_retrieval.retrieval.l1.base import L1Search
 from kb_retrieval.retrieval.l1.retriever import L1Retriever
 from tests.conftest import SAMPLE_KB
+from tests.support.kb import write_kb  # noqa: F401  (imported from here by the reliability tests)
 
 #: Queries of the golden set whose top source is clear (a wide margin over the second), over four categories.
 KNOWN_QUERIES: dict[str, str] = {
@@ -53,14 +54,6 @@ KNOWN_QUERIES: dict[str, str] = {
 }
 #: The sample KB's folders those queries need (the server backend ingests only these).
 KNOWN_CATEGORIES = ("redis", "mysql", "kubernetes", "linux")
-
-
-def write_kb(root: Path, docs: dict[str, str]) -> Path:
-    for rel, body in docs.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(body, encoding="utf-8")
-    return root
 
 
 def check_result(result: LookupResult, settings: Settings) -> None:

@@ -22,6 +22,7 @@ from kb_retrieval.indexing.ingest import ingest
 from kb_retrieval.indexing.lite_files import check_lite_files
 from kb_retrieval.indexing.milvus import release_lite
 from tests.conftest import SAMPLE_KB
+from tests.support.kb import offline_env
 
 pytestmark = pytest.mark.timeout(900)
 QUERY = "RedisMemoryHigh: Redis memory usage above 90% of maxmemory"
@@ -31,7 +32,7 @@ NEW_DOC = "---\ntitle: Redis lazyfree tuning\ncategory: redis\n---\n# Redis lazy
 
 
 def run_cli(*args: str, umask: int | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = offline_env()
     return subprocess.run(
         [sys.executable, "-m", "kb_retrieval.cli", *args],
         capture_output=True,

@@ -12,6 +12,7 @@ from kb_retrieval.retrieval.exact import ExactIdentifierIndex, named_terms, quer
 from kb_retrieval.retrieval.rerank import RuleReranker
 from kb_retrieval.retrieval.stage import candidate_node
 from tests.support.candidates import cand
+from tests.support.kb import write_kb
 
 
 def _index() -> ExactIdentifierIndex:
@@ -109,9 +110,7 @@ def small_lookup(tmp_path_factory: pytest.TempPathFactory, embed_model):
     from kb_retrieval.indexing.ingest import ingest
 
     kb = tmp_path_factory.mktemp("rare-kb")
-    for rel, body in DOCS.items():
-        (kb / rel).parent.mkdir(parents=True, exist_ok=True)
-        (kb / rel).write_text(body, encoding="utf-8")
+    write_kb(kb, DOCS)
     settings = Settings(state_dir=tmp_path_factory.mktemp("rare-state"))
     ingest([kb], settings, embed_model=embed_model)
     lookup = KnowledgeLookup(settings)

@@ -20,13 +20,14 @@ from kb_retrieval.service.discovery import SERVE_FILE, announce, find_server, se
 from tests.conftest import REPO
 from tests.service.conftest import REDIS_ALERT, without_timings
 from tests.service.test_client import HEAVY
+from tests.support.kb import offline_env
 
 pytestmark = pytest.mark.timeout(600)
 
 
 def cli_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("KB_SERVER_URL", "KB_SERVER_TOKEN", "KB_STATE_DIR")}
-    return {**env, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return offline_env(env, PYTHONPATH=str(REPO))
 
 
 def test_lookup_on_a_held_state_dir_goes_through_its_server(state_copy, tmp_path: Path) -> None:
