@@ -1,5 +1,8 @@
 """One settings object for the whole library (environment prefix ``KB_``).
 
+Size: over 400 lines because every setting is named and documented here once (about 90 fields); the
+settings groups of issue 36 (server, retrieval, budget, storage, trace) will split it by group.
+
 Every path, URI, mode, threshold and budget is named and documented here once. CLI flags override the
 environment; the environment overrides the defaults.
 

@@ -1,6 +1,9 @@
 """How results and reports show in a notebook: compact HTML, Markdown for frontends without HTML, a short repr, and
 their tables as pandas DataFrames.
 
+Size: over 400 lines: the notebook views of every contract and report live in one module so that the
+contracts import none of it (:class:`~kb_retrieval.reporting.Displayed` loads it by name); each view is short.
+
 A :class:`View` is what is shown, as plain data: a headline, a few labelled lines, one table, and collapsible
 details. :func:`view_html` and :func:`view_markdown` draw the same view, so the two never say different things. The
 words are the terminal's (:mod:`kb_retrieval.terminal`): why a block was chosen, in-pack marks, the completeness

@@ -118,6 +118,8 @@ def _first_key(a: Any, b: Any, where: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command: write the output of the settings asked for, or compare it with a saved one (exit 1 on a
+    difference)."""
     parser = argparse.ArgumentParser(prog="python -m kb_retrieval.bench.identity", description=__doc__.split("\n")[0])
     parser.add_argument("--setting", action="append", choices=sorted(SETTINGS), required=True)
     parser.add_argument("--variant", action="append", choices=sorted(VARIANTS), help="default: all")

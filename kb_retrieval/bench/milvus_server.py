@@ -1,5 +1,8 @@
 """A real Milvus standalone server for the bench and the tests, started through the venv's ``milvus-server`` script.
 
+Size: over 400 lines: one class that starts, watches and stops a Milvus server process (ports, locks, logs)
+for the bench and the tests.
+
 ``kb-retrieval bench`` measures scale on it (unless ``KB_BENCH_MILVUS_URI`` names a server to use); the test suite
 starts one per session (``tests/support/fixtures.py``). Both stop it with its whole process tree.
 

@@ -1,5 +1,9 @@
 """Document vectors: four per document, stored in Milvus beside the chunks, for ranking documents as wholes.
 
+Size: just over 400 lines, one concern (the per-document vectors: their texts, their collection, written at
+ingest and read at lookup), so the collection's layout is defined in one place; the text builders are the part to move
+out if it grows.
+
 A chunk vector says how well one section matches; a question in an engineer's own words ("two of our three
 Alertmanager replicas stopped overnight") often matches a runbook as a whole better than any one of its sections,
 and sibling runbooks differ mostly in their titles. So every document also gets

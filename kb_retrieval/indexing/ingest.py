@@ -1,5 +1,8 @@
 """Incremental, idempotent ingest of knowledge-base folders and LlamaIndex documents into one Milvus collection.
 
+Size: over 400 lines: the ingest transaction (plan, write, record) in one module, so the order of its writes
+(new chunks before old ones are deleted, the record last) reads in one place.
+
 The collection itself is the record of what was ingested: every row carries its source, its KB folder and its
 document's content hash, and chunk ids derive from (source, content hash, position). So a re-run over an unchanged
 folder embeds and writes nothing, an edited document's new chunks are written before its old ones are deleted (a

@@ -1,5 +1,8 @@
 """Fast encoders: the bundled embedding model exported to ONNX (fp32 or int8) and run with onnxruntime.
 
+Size: over 400 lines, one file format: the ONNX export with its checks, and the encoders that read it; the
+export is the part to move out if it grows.
+
 A lookup's query embedding through torch (sentence-transformers) costs several times what the same model costs as an
 ONNX graph, int8 most of all. The export happens once, on first use, into the model cache folder
 (``KB_MODEL_CACHE_DIR``) and is verified against the torch model before it is used. Passages are embedded at ingest

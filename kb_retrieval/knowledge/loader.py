@@ -1,5 +1,8 @@
 """Load a folder of Markdown documents with optional YAML frontmatter (and text and HTML files beside them).
 
+Size: over 400 lines, one concern (files into documents) with its guards on hostile input (YAML depth and
+expansion, heading counts); the frontmatter guards are the part to move out if it grows.
+
 Frontmatter keys ``title``, ``keywords`` (list or comma string), ``category`` or ``domain`` and ``entities`` (list)
 are understood; other keys are kept as metadata. Missing fields are derived: the title from the first H1, else the
 file name; the category from the folder (``category_from``); keywords from the title, CamelCase identifiers of the

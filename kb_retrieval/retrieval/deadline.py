@@ -33,6 +33,8 @@ class DeadlineExceededError(TimeoutError):
 
 @dataclass(frozen=True)
 class Deadline:
+    """The moment a lookup must answer by (``time.monotonic()``), and what is left of it for a call."""
+
     ends_at: float  # time.monotonic()
 
     @classmethod

@@ -174,6 +174,8 @@ def relative_to_best(scores: dict[str, float]) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class LexicalHit:
+    """One in-process BM25 hit."""
+
     chunk_id: str
     score: float  # BM25, normalised by the best score of the query: 1.0 for the best hit
 

@@ -21,6 +21,8 @@ class AllPathsFailedError(RuntimeError):
 
 
 class AutoPath:
+    """The preferred path, and the fallback when it fails (the fallback given what is left of the timeout)."""
+
     name = "auto"
 
     def __init__(self, preferred: VectorPath, fallback: VectorPath) -> None:

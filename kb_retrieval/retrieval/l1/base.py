@@ -108,6 +108,7 @@ class TwoPaths(Protocol):
 
 
 def output_fields(settings: Settings) -> list[str]:
+    """The fields a search returns with each hit (those the collection has)."""
     fields = [settings.content_field, settings.source_field, settings.category_field, settings.metadata_field]
     return [f for f in fields if f]  # "" = the collection has no such field
 

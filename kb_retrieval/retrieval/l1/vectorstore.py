@@ -35,6 +35,7 @@ class VectorStoreUnavailableError(RuntimeError):
 
 
 def make_vector_store(settings: Settings) -> MilvusVectorStore:
+    """A ``MilvusVectorStore`` on the existing collection, its searches bounded by the lookup's deadline."""
     store = MilvusVectorStore(
         uri=settings.resolved_milvus_uri(),
         token=settings.milvus_token.get_secret_value(),
@@ -63,6 +64,8 @@ def make_vector_store(settings: Settings) -> MilvusVectorStore:
 
 
 class VectorStorePath:
+    """Dense search through LlamaIndex's ``MilvusVectorStore``; hybrid search and reads by key on its client."""
+
     name = "vectorstore"
 
     def __init__(self, settings: Settings, store: MilvusVectorStore | None = None) -> None:
