@@ -27,9 +27,9 @@ from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing import ingest as ingest_module
 from kb_retrieval.indexing.ingest import ingest
 from kb_retrieval.models import Candidate
-from kb_retrieval.retrieval import hybrid as hybrid_module
 from kb_retrieval.retrieval.l1 import base as l1_base
 from kb_retrieval.retrieval.l1 import memory as memory_module
+from kb_retrieval.retrieval.l1 import plans as plans_module
 from kb_retrieval.retrieval.l1 import sdk as sdk_module
 from kb_retrieval.retrieval.l1 import vectorstore as vectorstore_module
 from kb_retrieval.retrieval.rerank import RuleReranker
@@ -189,7 +189,7 @@ class MixCounter:
 
         monkeypatch.setattr(sdk_module, "one_version_per_source", counting)
         monkeypatch.setattr(vectorstore_module, "one_version_per_source", counting)
-        monkeypatch.setattr(hybrid_module, "one_version_per_source", counting)
+        monkeypatch.setattr(plans_module, "one_version_per_source", counting)
         monkeypatch.setattr(memory_module, "one_version_per_source", counting)
 
 
