@@ -57,6 +57,15 @@ class ServeSettings(BaseSettings):
         description="Seconds a client may take to send a request body (408 past it): a slow sender holds no slot.",
     )
 
+    workers: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Worker processes answering on the one address (a lookup is CPU work under the GIL: one process "
+        "uses one core). Each holds its own pipeline and memory mirror (~500 MB on a few thousand chunks); on Milvus "
+        "Lite the serve process holds the data dir and serves it to them.",
+    )
+
     @field_validator("token")
     @classmethod
     def _not_blank(cls, value: SecretStr) -> SecretStr:
