@@ -238,11 +238,15 @@ class KnowledgeLookup:
         )
 
     @dispatcher.span
-    def lookup(self, query: str, *, filters: MetadataFilters | None = None) -> LookupResult:
+    def lookup(
+        self, query: str, *, filters: MetadataFilters | None = None, deadline: Deadline | None = None
+    ) -> LookupResult:
         """Run one lookup and record it. Raises ``EmptyQueryError`` for an empty query; never for retrieval.
 
-        ``filters``: a LlamaIndex ``MetadataFilters`` scope (e.g. a team or tenant key) on every Milvus request."""
-        return self._lookup(query, filters).result
+        ``filters``: a LlamaIndex ``MetadataFilters`` scope (e.g. a team or tenant key) on every Milvus request.
+        ``deadline``: when the lookup must be done (default ``lookup_timeout_s`` from now); a server passes the
+        request's, so the time it waited for a worker counts in it."""
+        return self._lookup(query, filters, deadline).result
 
     @dispatcher.span
     def lookup_detailed(self, query: str, *, filters: MetadataFilters | None = None) -> LookupDetails:
@@ -250,11 +254,11 @@ class KnowledgeLookup:
         attempt's, or the last attempt's when none was usable) and the comparison run beside it."""
         return self._lookup(query, filters)
 
-    def _lookup(self, query: str, filters: MetadataFilters | None) -> LookupDetails:
+    def _lookup(self, query: str, filters: MetadataFilters | None, deadline: Deadline | None = None) -> LookupDetails:
         """The pipeline, under the span of the face that called it (``lookup`` or ``lookup_detailed``: one each)."""
         scope = self.scope_expr(filters)
         started = time.perf_counter()
-        deadline = Deadline.after(self.settings.lookup_timeout_s)
+        deadline = deadline or Deadline.after(self.settings.lookup_timeout_s)
         clock = StageClock()  # every part of the lookup is under one of its stages: they add up to elapsed_ms
         with clock("refresh"):
             self.refresh(deadline=deadline)

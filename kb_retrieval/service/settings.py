@@ -28,6 +28,12 @@ class ServeSettings(BaseSettings):
     )
     max_body_bytes: int = Field(default=1_000_000, ge=1024, description="Largest request body accepted (413 above it).")
     max_alerts: int = Field(default=200, ge=1, description="Alerts one Alertmanager payload may carry at most (413).")
+    max_alert_chars: int = Field(
+        default=32_000,
+        ge=1024,
+        description="Characters of labels and annotations one alert of an Alertmanager payload may carry at most "
+        "(413 naming the alert, before any lookup runs); the query made of it is cut at KB_MAX_QUERY_CHARS as any.",
+    )
     max_pending: int = Field(
         default=256,
         ge=1,
