@@ -23,6 +23,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -33,6 +34,7 @@ from kb_retrieval.beside import BesideRun, BesideRunner, disabled_entry, load_ru
 from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.indexing.ingest_record import read_ingest_record
+from kb_retrieval.indexing.lite_files import private_at_exit, private_tree, private_umask
 from kb_retrieval.indexing.milvus import connect, ensure_collection, features_off, without_missing_fields
 from kb_retrieval.indexing.model_check import check_query_model
 from kb_retrieval.indexing.onnx_query import query_encoder
@@ -98,6 +100,23 @@ class KnowledgeLookup:
         beside: BesideRunner | None = None,
     ) -> None:
         settings = settings or KBSettings()
+        # What this opens and writes in the state dir (Milvus Lite's files, written as late as the first load; the
+        # trace database; the snapshot) is the owner's only, for a library or notebook caller as for the CLI.
+        with private_umask():
+            self._open(settings, embed_model, client, path, trace_store, beside)
+        if not settings.is_milvus_server():
+            private_tree(Path(settings.resolved_milvus_uri()))
+            private_at_exit()  # Lite writes again when it closes the dir
+
+    def _open(
+        self,
+        settings: KBSettings,
+        embed_model: BaseEmbedding | None,
+        client: MilvusClient | None,
+        path: VectorPath | None,
+        trace_store: TraceStore | None,
+        beside: BesideRunner | None,
+    ) -> None:
         self.client = client or connect(settings)
         ensure_collection(self.client, settings, create=False)
         # Features the collection cannot serve (one written by stock MilvusVectorStore) are off, not errors.
