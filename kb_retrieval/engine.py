@@ -46,6 +46,7 @@ from kb_retrieval.result import agent_text, assemble_result, evidence_nodes
 from kb_retrieval.retrieval.attempts import L1Outcome
 from kb_retrieval.retrieval.context_pack import pack_context
 from kb_retrieval.retrieval.deadline import Deadline
+from kb_retrieval.retrieval.events import span
 from kb_retrieval.retrieval.expand import SectionStore
 from kb_retrieval.retrieval.hybrid import LookupQuery, choose_lexical_mode
 from kb_retrieval.retrieval.l1 import VectorPath, make_path
@@ -256,7 +257,7 @@ class KnowledgeLookup:
             filters, scalar=scalar, json_field=s.metadata_field, json_keys=set(self.ingest_record.metadata_keys)
         )
 
-    @dispatcher.span
+    @span(dispatcher)
     def lookup(
         self, query: str, *, filters: MetadataFilters | None = None, deadline: Deadline | None = None
     ) -> LookupResult:
@@ -267,7 +268,7 @@ class KnowledgeLookup:
         request's, so the time it waited for a worker counts in it."""
         return self._lookup(query, filters, deadline).result
 
-    @dispatcher.span
+    @span(dispatcher)
     def lookup_detailed(self, query: str, *, filters: MetadataFilters | None = None) -> LookupDetails:
         """The result, the document-level ranking it came from (one candidate per source, best first: the selected
         attempt's, or the last attempt's when none was usable) and the comparison run beside it."""
@@ -350,7 +351,7 @@ class KnowledgeLookup:
             )
         return text
 
-    @dispatcher.span
+    @span(dispatcher)
     def _record(self, query: str, result: LookupResult, beside_run: BesideRun | None) -> bool:
         entry = beside_run.trace_entry() if beside_run is not None else disabled_entry()
         return self.traces.record(query, result, sidecar=entry)
