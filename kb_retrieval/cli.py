@@ -320,7 +320,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from kb_retrieval.service.server import AddressInUseError, ServeError, run_server
     from kb_retrieval.service.settings import ServeSettings
 
-    flags = {"host": args.host, "port": args.port, "token": args.token}
+    flags = {"host": args.host, "port": args.port, "token": args.token, "workers": args.workers}
     try:
         serve = ServeSettings(**{k: v for k, v in flags.items() if v is not None})
     except ValidationError as error:
@@ -529,6 +529,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument(
         "--token",
         help="bearer token clients must send (KB_SERVER_TOKEN, preferred: a flag shows in the process list)",
+    )
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        help="worker processes (KB_SERVER_WORKERS; default 1): lookups are CPU-bound, one process uses one core",
     )
     add_lookup_arguments(p)
     p.set_defaults(func=cmd_serve)

@@ -23,6 +23,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -33,6 +34,7 @@ from kb_retrieval.beside import BesideRun, BesideRunner, disabled_entry, load_ru
 from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.indexing.ingest_record import read_ingest_record
+from kb_retrieval.indexing.lite_files import private_at_exit, private_tree, private_umask
 from kb_retrieval.indexing.milvus import connect, ensure_collection, features_off, without_missing_fields
 from kb_retrieval.indexing.model_check import check_query_model
 from kb_retrieval.indexing.onnx_query import query_encoder
@@ -44,6 +46,7 @@ from kb_retrieval.result import agent_text, assemble_result, evidence_nodes
 from kb_retrieval.retrieval.attempts import L1Outcome
 from kb_retrieval.retrieval.context_pack import pack_context
 from kb_retrieval.retrieval.deadline import Deadline
+from kb_retrieval.retrieval.events import span
 from kb_retrieval.retrieval.expand import SectionStore
 from kb_retrieval.retrieval.hybrid import LookupQuery, choose_lexical_mode
 from kb_retrieval.retrieval.l1 import VectorPath, make_path
@@ -98,6 +101,23 @@ class KnowledgeLookup:
         beside: BesideRunner | None = None,
     ) -> None:
         settings = settings or KBSettings()
+        # What this opens and writes in the state dir (Milvus Lite's files, written as late as the first load; the
+        # trace database; the snapshot) is the owner's only, for a library or notebook caller as for the CLI.
+        with private_umask():
+            self._open(settings, embed_model, client, path, trace_store, beside)
+        if not settings.is_milvus_server():
+            private_tree(Path(settings.resolved_milvus_uri()))
+            private_at_exit()  # Lite writes again when it closes the dir
+
+    def _open(
+        self,
+        settings: KBSettings,
+        embed_model: BaseEmbedding | None,
+        client: MilvusClient | None,
+        path: VectorPath | None,
+        trace_store: TraceStore | None,
+        beside: BesideRunner | None,
+    ) -> None:
         self.client = client or connect(settings)
         ensure_collection(self.client, settings, create=False)
         # Features the collection cannot serve (one written by stock MilvusVectorStore) are off, not errors.
@@ -237,24 +257,28 @@ class KnowledgeLookup:
             filters, scalar=scalar, json_field=s.metadata_field, json_keys=set(self.ingest_record.metadata_keys)
         )
 
-    @dispatcher.span
-    def lookup(self, query: str, *, filters: MetadataFilters | None = None) -> LookupResult:
+    @span(dispatcher)
+    def lookup(
+        self, query: str, *, filters: MetadataFilters | None = None, deadline: Deadline | None = None
+    ) -> LookupResult:
         """Run one lookup and record it. Raises ``EmptyQueryError`` for an empty query; never for retrieval.
 
-        ``filters``: a LlamaIndex ``MetadataFilters`` scope (e.g. a team or tenant key) on every Milvus request."""
-        return self._lookup(query, filters).result
+        ``filters``: a LlamaIndex ``MetadataFilters`` scope (e.g. a team or tenant key) on every Milvus request.
+        ``deadline``: when the lookup must be done (default ``lookup_timeout_s`` from now); a server passes the
+        request's, so the time it waited for a worker counts in it."""
+        return self._lookup(query, filters, deadline).result
 
-    @dispatcher.span
+    @span(dispatcher)
     def lookup_detailed(self, query: str, *, filters: MetadataFilters | None = None) -> LookupDetails:
         """The result, the document-level ranking it came from (one candidate per source, best first: the selected
         attempt's, or the last attempt's when none was usable) and the comparison run beside it."""
         return self._lookup(query, filters)
 
-    def _lookup(self, query: str, filters: MetadataFilters | None) -> LookupDetails:
+    def _lookup(self, query: str, filters: MetadataFilters | None, deadline: Deadline | None = None) -> LookupDetails:
         """The pipeline, under the span of the face that called it (``lookup`` or ``lookup_detailed``: one each)."""
         scope = self.scope_expr(filters)
         started = time.perf_counter()
-        deadline = Deadline.after(self.settings.lookup_timeout_s)
+        deadline = deadline or Deadline.after(self.settings.lookup_timeout_s)
         clock = StageClock()  # every part of the lookup is under one of its stages: they add up to elapsed_ms
         with clock("refresh"):
             self.refresh(deadline=deadline)
@@ -327,7 +351,7 @@ class KnowledgeLookup:
             )
         return text
 
-    @dispatcher.span
+    @span(dispatcher)
     def _record(self, query: str, result: LookupResult, beside_run: BesideRun | None) -> bool:
         entry = beside_run.trace_entry() if beside_run is not None else disabled_entry()
         return self.traces.record(query, result, sidecar=entry)

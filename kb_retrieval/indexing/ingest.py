@@ -44,6 +44,7 @@ from kb_retrieval.indexing.embeddings import embed_passages, word_piece_limit
 from kb_retrieval.indexing.index_version import ensure_meta_collection, publish_version
 from kb_retrieval.indexing.ingest_record import forget_root, read_ingest_record, record_ingest
 from kb_retrieval.indexing.l0_index import L0Index, ensure_l0_collection, l0_content_hash, write_l0
+from kb_retrieval.indexing.lite_files import private_umask
 from kb_retrieval.indexing.milvus import (
     METADATA_KEYS,
     VARCHAR_LIMITS,
@@ -162,7 +163,8 @@ def ingest(
             )
         )
     empty = [str(given) for given, kb in zip(folders, kbs, strict=False) if not kb.documents]
-    return _apply(kbs, settings, embed_model=embed_model, progress=progress, empty=empty, started=started)
+    with private_umask():  # the state dir's files the owner's only, for library callers as for the CLI
+        return _apply(kbs, settings, embed_model=embed_model, progress=progress, empty=empty, started=started)
 
 
 def remove_root(root: str | Path, settings: Settings) -> IngestSummary:

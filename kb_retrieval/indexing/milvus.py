@@ -256,7 +256,10 @@ def release_lite(settings: Settings) -> None:
         return
     from milvus_lite.server_manager import server_manager_instance
 
-    server_manager_instance.release_server(settings.resolved_milvus_uri())
+    from kb_retrieval.indexing.lite_files import private_umask
+
+    with private_umask():  # Lite writes as it closes the dir (manifests, index files): the owner's only
+        server_manager_instance.release_server(settings.resolved_milvus_uri())
 
 
 def _check_reachable(uri: str, timeout_s: float, settings: Settings) -> None:

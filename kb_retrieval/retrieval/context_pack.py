@@ -35,6 +35,7 @@ from llama_index.core.instrumentation import get_dispatcher
 
 from kb_retrieval.knowledge.text import count_tokens, truncate_to_tokens
 from kb_retrieval.models import ContextPack, ContextPackSummary, DocumentSection, EvidenceBlock, PackedBlock
+from kb_retrieval.retrieval.events import span
 
 MIN_CONTENT_TOKENS = 12  # the default of Settings.scoring.min_content_tokens
 TRUNCATION_MARK = " [...]"
@@ -108,7 +109,7 @@ def block_header(index: int, block: EvidenceBlock | PackedBlock) -> str:
 dispatcher = get_dispatcher(__name__)
 
 
-@dispatcher.span
+@span(dispatcher)
 def pack_context(
     blocks: list[EvidenceBlock], budget_tokens: int, min_content_tokens: int = MIN_CONTENT_TOKENS
 ) -> ContextPack:

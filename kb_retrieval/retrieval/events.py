@@ -6,6 +6,9 @@
   :func:`lookup_retrieval`, which stays quiet inside a retriever's call.
 - ``CBEventType.RERANKING`` (the legacy callback manager): one per reranker call (:func:`reranking`), with the
   payload core's rerankers send (nodes, model name, query, top k), beside the ``ReRankStart/End`` events.
+- Spans: the pipeline's own stages are spans (:func:`span`) exactly when a handler other than core's null ones
+  listens where they go; with none, the stage is called directly. A core span costs ~77 us on this machine (it
+  binds ``inspect.signature`` and walks the handlers on every call), twelve per lookup.
 
 Example:
     >>> with lookup_retrieval("redis memory high") as done:  # doctest: +SKIP
@@ -15,9 +18,10 @@ Example:
 from __future__ import annotations
 
 import contextvars
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from llama_index.core.callbacks import CallbackManager, CBEventType, EventPayload
 from llama_index.core.instrumentation import get_dispatcher
@@ -27,6 +31,7 @@ from llama_index.core.instrumentation.span_handlers.null import NullSpanHandler
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 dispatcher = get_dispatcher(__name__)
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 #: True while a ``BaseRetriever.retrieve`` of the pipeline runs (it emits the retrieval events itself).
 _IN_RETRIEVER: contextvars.ContextVar[bool] = contextvars.ContextVar("kb_in_retriever", default=False)
@@ -64,10 +69,32 @@ def lookup_retrieval(
             dispatcher.event(RetrievalEndEvent(str_or_query_bundle=query, nodes=found))
 
 
-def listening() -> bool:
+def span(stage_dispatcher: Any) -> Callable[[_F], _F]:
+    """``stage_dispatcher.span`` when a handler listens, else a direct call (see the module's note on spans).
+
+    Example:
+        >>> @span(get_dispatcher(__name__))  # doctest: +SKIP
+        ... def pack_context(blocks, budget_tokens): ...
+    """
+
+    def decorate(func: _F) -> _F:
+        spanned = stage_dispatcher.span(func)
+
+        @functools.wraps(func)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if listening(stage_dispatcher):
+                return spanned(*args, **kwargs)
+            return func(*args, **kwargs)
+
+        return call  # type: ignore[return-value]
+
+    return decorate
+
+
+def listening(start: Any = None) -> bool:
     """Whether an instrumentation event or span handler other than core's null ones is attached where this
-    module's events and spans go (its dispatcher and the ones they propagate to)."""
-    current: Any = dispatcher
+    module's (or ``start``'s) events and spans go (the dispatcher and the ones they propagate to)."""
+    current: Any = dispatcher if start is None else start
     while current is not None:
         handlers = [*current.event_handlers, *current.span_handlers]
         if not all(isinstance(h, (NullEventHandler, NullSpanHandler)) for h in handlers):

@@ -7,12 +7,13 @@ from llama_index.core.schema import NodeWithScore
 
 from kb_retrieval.models import EvidenceBlock
 from kb_retrieval.retrieval.context_pack import render_sections
+from kb_retrieval.retrieval.events import span
 from kb_retrieval.retrieval.stage import HitKind, HitReason, StageData, stage_of
 
 dispatcher = get_dispatcher(__name__)
 
 
-@dispatcher.span
+@span(dispatcher)
 def build_evidence_blocks(
     nodes: list[NodeWithScore], *, evidence_threshold: float, max_blocks: int, follow_ranking: bool = True
 ) -> list[EvidenceBlock]:

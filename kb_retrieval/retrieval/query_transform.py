@@ -12,6 +12,7 @@ from __future__ import annotations
 from llama_index.core.instrumentation import get_dispatcher
 
 from kb_retrieval.models import L0Hints, QueryTransform
+from kb_retrieval.retrieval.events import span
 from kb_retrieval.retrieval.l0_hints import L0HintProvider
 from kb_retrieval.retrieval.query_check import EmptyQueryError, normalize_query
 from kb_retrieval.retrieval.short_names import expand_short_names
@@ -21,7 +22,7 @@ __all__ = ["EmptyQueryError", "transform_query"]
 dispatcher = get_dispatcher(__name__)
 
 
-@dispatcher.span
+@span(dispatcher)
 def transform_query(
     query: str, l0: L0HintProvider | None, max_query_chars: int, *, read_short_names: bool = True
 ) -> QueryTransform:

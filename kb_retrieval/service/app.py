@@ -199,7 +199,10 @@ def create_app(lookup: KnowledgeLookup, serve: ServeSettings | None = None) -> F
     async def alertmanager(payload: AlertmanagerPayload, runner: Runner) -> AlertmanagerResponse:
         """An Alertmanager webhook (version 4): a lookup per firing alert, resolved ones skipped, in payload order.
 
-        The whole batch is admitted before any lookup starts (503: nothing ran); an alert that cannot be looked up
+        The whole batch is admitted before any lookup starts (503: nothing ran; 413: more than KB_SERVER_MAX_ALERTS
+        alerts, or an alert over KB_SERVER_MAX_ALERT_CHARS). Every alert's lookup has the payload's deadline:
+        ``KB_LOOKUP_TIMEOUT_S`` from its arrival, the wait for a worker included (one not started by then gets its
+        own error entry), so the payload is answered within that bound. An alert that cannot be looked up
         (text that is not Unicode, no worker before its deadline, a failed lookup) gets its own ``error`` entry
         while the others answer."""
         arrived = time.monotonic()
@@ -207,6 +210,14 @@ def create_app(lookup: KnowledgeLookup, serve: ServeSettings | None = None) -> F
             raise _TooManyAlertsError(
                 f"{len(payload.alerts)} alerts; at most {serve.max_alerts} (KB_SERVER_MAX_ALERTS)"
             )
+        for number, alert in enumerate(payload.alerts, 1):
+            size = sum(len(k) + len(v) for part in (alert.labels, alert.annotations) for k, v in part.items())
+            if size > serve.max_alert_chars:
+                name = _printable(alert.labels.get("alertname", ""))[:100]
+                raise _TooManyAlertsError(
+                    f"alert {number}{f' ({name})' if name else ''} carries {size} characters of labels and "
+                    f"annotations; at most {serve.max_alert_chars} (KB_SERVER_MAX_ALERT_CHARS): nothing was looked up"
+                )
         results = []
         pending: list[tuple[AlertResult, str]] = []
         for alert in payload.alerts:

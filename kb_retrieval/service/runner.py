@@ -20,6 +20,7 @@ from llama_index.core.vector_stores.types import MetadataFilters
 
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.models import LookupResult
+from kb_retrieval.retrieval.deadline import Deadline
 
 T = TypeVar("T")
 
@@ -47,10 +48,12 @@ class QueryTooLongError(ValueError):
 class LookupRunner:
     """Runs ``KnowledgeLookup.lookup`` on a pool of ``workers`` threads; ``max_pending`` admitted at once.
 
-    A request's deadline starts when it arrives: a lookup that waited for a worker until ``lookup_timeout_s`` had
-    passed is not started (``WorkerWaitError``), so a queue behind a slow Milvus drains instead of each waiting
-    lookup then spending its own full timeout. Once a lookup found Milvus unavailable, for ``FAIL_FAST_S`` one lookup
-    at a time probes it and the others fail at once (``MilvusDownError``), until a lookup gets through.
+    A request has one deadline, ``lookup_timeout_s`` from its arrival, covering the wait for a worker: a lookup
+    that waited until it had passed is not started (``WorkerWaitError``), and one that started gets what is left of
+    it (not a full timeout of its own), so a request is answered within ``lookup_timeout_s`` (and the
+    ``DEADLINE_GRACE_S`` a Milvus call that ignores its own timeout is given) of its arrival. Once a lookup found
+    Milvus unavailable, for ``FAIL_FAST_S`` one lookup at a time probes it and the others fail at once
+    (``MilvusDownError``), until a lookup gets through.
 
     Example:
         >>> runner = LookupRunner(lookup, workers=2, max_pending=64)  # doctest: +SKIP
@@ -142,8 +145,10 @@ class LookupRunner:
         self, query: str, overrides: dict[str, Any], filters: MetadataFilters | None, arrived: float
     ) -> LookupResult:
         limit = self.base.settings.lookup_timeout_s
-        waited = time.monotonic() - arrived
-        if waited >= limit:
+        # One deadline per request, from its arrival: the wait for a worker is part of it, and the lookup gets what
+        # is left (every Milvus call and the freshness check are bounded by it).
+        deadline = Deadline(arrived + limit)
+        if deadline.expired:
             raise WorkerWaitError(
                 f"no worker was free within the request's deadline ({limit:g} s, KB_LOOKUP_TIMEOUT_S): not looked "
                 "up; retry shortly"
@@ -157,7 +162,7 @@ class LookupRunner:
                 "lookup checks whether it is back; retry shortly"
             )
         try:
-            result = self.variant(overrides).lookup(query, filters=filters)
+            result = self.variant(overrides).lookup(query, filters=filters, deadline=deadline)
         finally:
             if probing:
                 self._probe.release()

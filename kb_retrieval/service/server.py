@@ -59,37 +59,27 @@ def check_address(serve: ServeSettings) -> None:
 
 def run_server(settings: KBSettings, serve: ServeSettings) -> int:
     """Serve until SIGTERM / SIGINT; 0 on a clean stop. Raises ``ServeError`` for a setting it refuses and
-    ``AddressInUseError`` for an address it cannot bind, both before anything is loaded."""
+    ``AddressInUseError`` for an address it cannot bind, both before anything is loaded. ``serve.workers`` > 1:
+    that many worker processes (:mod:`kb_retrieval.service.workers`)."""
     check_binding(serve)
     check_address(serve)
+    if serve.workers > 1:
+        from kb_retrieval.service.workers import WorkerStartError, run_workers
+
+        try:
+            return run_workers(settings, serve)
+        except WorkerStartError as exc:
+            raise ServeError(str(exc)) from None
+    configure_access_log(serve)
     from kb_retrieval.engine import KnowledgeLookup
     from kb_retrieval.service.app import create_app
     from kb_retrieval.traces import TraceStore
 
-    if serve.access_log:
-        access = logging.getLogger("kb_retrieval.access")
-        access.setLevel(logging.INFO)
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        access.addHandler(handler)
-        access.propagate = False
     lookup = KnowledgeLookup(settings, trace_store=TraceStore.from_settings(settings))
     try:
         app = create_app(lookup, serve)
         settle_heap()
-        config = uvicorn.Config(
-            app,
-            host=serve.host,
-            port=serve.port,
-            access_log=False,  # ours is structured and keeps query text out when traces do
-            log_config=None,
-            log_level="warning",
-            lifespan="on",
-            # SIGTERM: the requests in flight get this long, then their connections close (a lookup already
-            # running on the pool still ends and its row is written: the lifespan waits for the pool).
-            timeout_graceful_shutdown=serve.graceful_shutdown_s,
-        )
-        server = uvicorn.Server(config)
+        server = make_server(app, serve)
         _announce(server, serve, settings)
         # uvicorn stops gracefully on SIGTERM and then raises the signal again for its default action, which would
         # end the process before the trace rows are written: here it only says so, and the lookup is closed below.
@@ -104,6 +94,35 @@ def run_server(settings: KBSettings, serve: ServeSettings) -> int:
         failures = lookup.traces.failures
         print(f"kb-retrieval serve stopped ({failures} trace rows not recorded)", file=sys.stderr, flush=True)
     return 0
+
+
+def configure_access_log(serve: ServeSettings) -> None:
+    """The structured access log on stderr (one JSON line per request), when ``serve.access_log``."""
+    if not serve.access_log:
+        return
+    access = logging.getLogger("kb_retrieval.access")
+    access.setLevel(logging.INFO)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    access.addHandler(handler)
+    access.propagate = False
+
+
+def make_server(app: Any, serve: ServeSettings) -> uvicorn.Server:
+    """uvicorn over ``app`` with the serve settings (address, graceful shutdown); ``run(sockets=...)`` in a worker."""
+    config = uvicorn.Config(
+        app,
+        host=serve.host,
+        port=serve.port,
+        access_log=False,  # ours is structured and keeps query text out when traces do
+        log_config=None,
+        log_level="warning",
+        lifespan="on",
+        # SIGTERM: the requests in flight get this long, then their connections close (a lookup already
+        # running on the pool still ends and its row is written: the lifespan waits for the pool).
+        timeout_graceful_shutdown=serve.graceful_shutdown_s,
+    )
+    return uvicorn.Server(config)
 
 
 def settle_heap() -> None:
@@ -132,11 +151,10 @@ def _announce(server: uvicorn.Server, serve: ServeSettings, settings: KBSettings
         urls = []
         for srv in server.servers:
             for sock in srv.sockets:
-                host, port = sock.getsockname()[:2]
-                shown = f"[{host}]" if ":" in host else host
-                urls.append(f"http://{_LOCAL.get(host, shown)}:{port}")
+                url, shown = listening_url(sock.getsockname())
+                urls.append(url)
                 print(
-                    f"kb-retrieval serve: listening on http://{shown}:{port} (collection {settings.collection}; "
+                    f"kb-retrieval serve: listening on {shown} (collection {settings.collection}; "
                     f"page /, API /v1/lookup, MCP /mcp{'; token required' if serve.token.get_secret_value() else ''})",
                     file=sys.stderr,
                     flush=True,
@@ -145,3 +163,10 @@ def _announce(server: uvicorn.Server, serve: ServeSettings, settings: KBSettings
             discovery.announce(settings, urls[0], token_required=bool(serve.token.get_secret_value()))
 
     server.startup = startup  # type: ignore[method-assign]
+
+
+def listening_url(sockname: Any) -> tuple[str, str]:
+    """A listening socket's address as ``(the URL a local client uses, the URL as bound)``."""
+    host, port = sockname[:2]
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{_LOCAL.get(host, shown)}:{port}", f"http://{shown}:{port}"

@@ -28,6 +28,12 @@ class ServeSettings(BaseSettings):
     )
     max_body_bytes: int = Field(default=1_000_000, ge=1024, description="Largest request body accepted (413 above it).")
     max_alerts: int = Field(default=200, ge=1, description="Alerts one Alertmanager payload may carry at most (413).")
+    max_alert_chars: int = Field(
+        default=32_000,
+        ge=1024,
+        description="Characters of labels and annotations one alert of an Alertmanager payload may carry at most "
+        "(413 naming the alert, before any lookup runs); the query made of it is cut at KB_MAX_QUERY_CHARS as any.",
+    )
     max_pending: int = Field(
         default=256,
         ge=1,
@@ -55,6 +61,15 @@ class ServeSettings(BaseSettings):
         default=10.0,
         gt=0,
         description="Seconds a client may take to send a request body (408 past it): a slow sender holds no slot.",
+    )
+
+    workers: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Worker processes answering on the one address (a lookup is CPU work under the GIL: one process "
+        "uses one core). Each holds its own pipeline and memory mirror (~500 MB on a few thousand chunks); on Milvus "
+        "Lite the serve process holds the data dir and serves it to them.",
     )
 
     @field_validator("token")

@@ -232,7 +232,7 @@ class _FakeLookup:
         self.gate.set()
         self.entered = threading.Event()
 
-    def lookup(self, query, filters=None):
+    def lookup(self, query, filters=None, deadline=None):
         from types import SimpleNamespace
 
         self.calls += 1
