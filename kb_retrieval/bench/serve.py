@@ -270,6 +270,7 @@ def _read_queries(path: Path) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The serve throughput bench from the command line: requests/s, p50 and p99 per worker count and concurrency."""
     parser = argparse.ArgumentParser(prog="python -m kb_retrieval.bench.serve", description=served_throughput.__doc__)
     parser.add_argument("--state", type=Path, required=True, help="a state dir with a collection (not written)")
     parser.add_argument("--queries", type=Path, required=True, help="queries, one per line, or a golden JSONL set")
