@@ -38,6 +38,7 @@ from kb_retrieval.cli_args import (
 )
 from kb_retrieval.config import Settings
 from kb_retrieval.knowledge.loader import INGESTED_SUFFIXES
+from kb_retrieval.log_format import _MaskingFormatter
 from kb_retrieval.output import result_json
 from kb_retrieval.reporting import LOCAL_REPORTS_DIR, display_path
 
@@ -598,25 +599,6 @@ def _version() -> str:
 
 
 # --- running ---------------------------------------------------------------------------------------------
-
-
-class _MaskingFormatter(logging.Formatter):
-    """Log lines (tracebacks included) with URL passwords and known secrets masked, in the CLI's one style:
-    ``warning: ...`` / ``error: ...`` like the CLI's own messages (the logger's name only with ``--verbose``).
-    Without ``--verbose``, the libraries' records (Milvus Lite, pymilvus: a failed load logs the same traceback
-    three times) are one line each: the command's own ``error:`` line says what happened and what to do."""
-
-    def __init__(self, verbose: bool = False) -> None:
-        super().__init__("%(levelname)s %(name)s: %(message)s" if verbose else "%(message)s")
-        self.verbose = verbose
-
-    def format(self, record: logging.LogRecord) -> str:
-        if not self.verbose and record.exc_info and not record.name.startswith("kb_retrieval"):
-            record = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None})
-        text = super().format(record)
-        if not self.verbose and record.levelno >= logging.WARNING:
-            text = f"{record.levelname.lower()}: {text}"
-        return mask_message(text)
 
 
 def _first_line_only(record: logging.LogRecord) -> bool:

@@ -1,5 +1,8 @@
 """The ``lookup_knowledge`` pipeline: the stages in order, and its LlamaIndex faces.
 
+Size: over 400 lines since the per-request deadline and the ranking hooks landed; state loading is already in
+``state.py``, and the LlamaIndex faces are the next to move out.
+
 One request flows forward, each stage its own module and span:
 
     query transform (L0 hints, filter) -> embed -> L1 attempts (hybrid retriever -> rerank -> dedupe -> evidence)

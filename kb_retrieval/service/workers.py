@@ -289,8 +289,8 @@ def _watch_supervisor(supervisor: int, server: Any) -> None:
 
 def _worker_logging(serve: ServeSettings, number: int) -> None:
     """The CLI's log style in the worker (a spawned process starts with none): one line per record, secrets masked."""
-    from kb_retrieval.cli import _MaskingFormatter
     from kb_retrieval.cli_args import register_secret
+    from kb_retrieval.log_format import _MaskingFormatter
 
     register_secret(serve.token.get_secret_value())
     logging.basicConfig(level=logging.WARNING)
