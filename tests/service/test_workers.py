@@ -32,12 +32,16 @@ QUERIES = [REDIS_ALERT, CONNECTIONS, "MySQL replica lag behind source", "pod stu
 
 
 def _workers(pid: int) -> list[psutil.Process]:
-    """The serve process's worker processes (not multiprocessing's resource tracker)."""
-    return [
-        child
-        for child in psutil.Process(pid).children()
-        if "spawn_main" in " ".join(child.cmdline()) and "resource_tracker" not in " ".join(child.cmdline())
-    ]
+    """The serve process's live worker processes (not multiprocessing's resource tracker, not a child already gone)."""
+    found = []
+    for child in psutil.Process(pid).children():
+        try:
+            line = " ".join(child.cmdline())
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):
+            continue  # a child that has exited and not yet been reaped is no worker
+        if "spawn_main" in line and "resource_tracker" not in line:
+            found.append(child)
+    return found
 
 
 def test_two_worker_processes_answer_lookups_and_share_one_trace_store(state_copy, tmp_path: Path) -> None:
