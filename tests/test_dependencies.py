@@ -29,7 +29,7 @@ PROJECT = "kb-retrieval"
 EXTRAS = {"kb_retrieval.bench": "bench", "kb_retrieval.service": "serve"}
 #: (module, distribution): imported only when installed; the module works without it (the reason says how).
 OPTIONAL: dict[tuple[str, str], str] = {
-    ("kb_retrieval.reporting", "matplotlib"): "report charts are drawn when matplotlib (an extra) is installed, "
+    ("kb_retrieval.charts", "matplotlib"): "report charts are drawn when matplotlib (an extra) is installed, "
     "else skipped with a note",
 }
 
