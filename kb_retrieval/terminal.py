@@ -17,7 +17,7 @@ import re
 import textwrap
 
 from kb_retrieval.config import ScoringSettings
-from kb_retrieval.models import ContextPackSummary, DocumentSection, EvidenceBlock, LookupResult
+from kb_retrieval.models import ContextPackSummary, DocumentSection, EvidenceBlock, LookupResult, NearMiss
 from kb_retrieval.result import relevance
 from kb_retrieval.retrieval.stage import HitKind
 
@@ -38,7 +38,7 @@ def lookup_text(result: LookupResult, scoring: ScoringSettings, *, full: bool = 
         width: Cut the document lines to this many characters (a terminal's width); None keeps them whole.
     """
     if not result.found:
-        return result.message
+        return "\n".join(visible(line) for line in [result.message, *not_found_lines(result)])
     summary = result.context_pack.summary
     left_out = set(summary.omitted_sources)
     shortened = set(summary.truncated_sources)
@@ -87,6 +87,26 @@ def visible(line: str) -> str:
     return _TERMINAL_CONTROLS.sub(
         lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", line
     )
+
+
+def not_found_lines(result: LookupResult) -> list[str]:
+    """Without evidence, the nearest miss and the threshold it missed, then the next misses ([] when none).
+
+    Example: ``not found: nearest miss Redis memory high (redis/memory.md) at 0.388, threshold 0.42``.
+    """
+    if not result.near_misses:
+        return []
+    first, *others = result.near_misses
+    lines = [f"not found: nearest miss {near_miss_words(first)}, threshold {first.threshold:g}"]
+    if others:
+        lines.append("next below the threshold: " + "; ".join(near_miss_words(m) for m in others))
+    return lines
+
+
+def near_miss_words(miss: NearMiss) -> str:
+    """``title (source) at 0.388``: the evidence score, what the threshold is compared with."""
+    name = f"{miss.title} ({miss.source})" if miss.title else miss.source
+    return f"{name} at {miss.evidence_score:.3f}"
 
 
 IN_PACK = "in pack"
