@@ -1,4 +1,4 @@
-"""``kb-retrieval``: ingest, stats, lookup, serve, traces, fixtures record, eval, compare, bench, demo.
+"""``kb-retrieval``: ingest, stats, lookup, serve, traces, fixtures record, eval, compare, golden draft, bench, demo.
 
 Every command honours ``--state-dir`` / ``KB_STATE_DIR``; flags override ``KB_*`` environment settings.
 Heavy modules load only in the commands that need them, so ``kb-retrieval eval`` stays service-free.
@@ -447,6 +447,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    if args.from_traces:  # real traffic instead of a golden set: no sidecar needed
+        from kb_retrieval.evaluation.traffic_command import run_compare_traffic
+
+        return run_compare_traffic(args)
+    if not args.golden:
+        raise CliError("compare needs --golden FILE.jsonl, or --from-traces to replay the trace store's queries")
     return int(import_module(COMPARE_MODULE).run_compare_command(args))
 
 
@@ -558,11 +564,24 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         add_eval_arguments(p)
     p.set_defaults(func=cmd_eval)
 
-    p = sub.add_parser("compare", help="the current path against the stock sidecar retriever, per golden case")
+    p = sub.add_parser(
+        "compare",
+        help="the current path against the stock sidecar retriever per golden case, or (--from-traces) the trace "
+        "store's queries through the current settings and an alternative",
+    )
     if command == "compare":  # only then is the sidecar imported: `eval` and `lookup` never load it
+        from kb_retrieval.evaluation.traffic_command import add_compare_traffic_arguments
+
         import_module(COMPARE_MODULE).add_compare_arguments(p)
+        add_compare_traffic_arguments(p)
         add_lookup_arguments(p)
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("golden", help="golden cases: draft them from the trace store's queries (golden draft)")
+    if command == "golden":
+        from kb_retrieval.evaluation.traffic_command import add_golden_arguments
+
+        add_golden_arguments(p)
 
     p = sub.add_parser("bench", help="quality against the stock retrievers on ../shared, and speed ('bench' extra)")
     p.add_argument("--shared", default="../shared", help="folder holding corpora/ and golden/ (default ../shared)")
