@@ -117,19 +117,38 @@ def changes(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return [aspect for aspect in ASPECTS if differ[aspect]]
 
 
+def sidecar_outcome(entry: dict[str, Any], max_documents: int) -> dict[str, Any]:
+    """The sidecar's run beside a lookup (its trace entry) as an outcome: its first ``max_documents`` documents. A
+    stock retriever has no threshold: it "finds" whenever it returns anything; a run that did not complete finds
+    nothing, its status kept."""
+    sources = [c["source"] for c in entry.get("top_candidates", [])][:max_documents] if entry["status"] == "ok" else []
+    out = {"found": bool(sources), "first": sources[0] if sources else None, "evidence": sources}
+    return out if entry["status"] == "ok" else {**out, "status": entry["status"]}
+
+
 def compare_traffic(
     queries: TrafficQueries,
-    current: Callable[[str], LookupResult],
-    alternative: Callable[[str], LookupResult],
+    replay: Callable[[str], tuple[dict[str, Any], dict[str, Any]]],
     *,
     labels: tuple[str, str],
     source: dict[str, Any],
 ) -> dict[str, Any]:
-    """Each query through both lookups; the report as data (what :func:`traffic_markdown` draws)."""
+    """Each query through both sides (``replay``: the two :func:`outcome` s of a query); the report as data (what
+    :func:`traffic_markdown` draws)."""
     cases: list[dict[str, Any]] = []
     for number, query in enumerate(queries.queries, start=1):
-        a, b = outcome(current(query)), outcome(alternative(query))
-        cases.append({"n": number, "query": query, "a": a, "b": b, "changed": changes(a, b)})
+        a, b = replay(query)
+        cases.append(
+            {
+                "n": number,
+                "query": query,
+                "a": a,
+                "b": b,
+                "changed": changes(a, b),
+                "b_adds": [source for source in b["evidence"] if source not in a["evidence"]],
+                "b_drops": [source for source in a["evidence"] if source not in b["evidence"]],
+            }
+        )
     return {
         "a": labels[0],
         "b": labels[1],
@@ -190,10 +209,12 @@ def traffic_markdown(report: dict[str, Any], charts: ChartFiles) -> str:
             ", ".join(case["changed"]) or "same",
             _side(case["a"]),
             _side(case["b"]),
+            inline(", ".join([*(f"+{s}" for s in case["b_adds"]), *(f"-{s}" for s in case["b_drops"])])) or "-",
         ]
         for case in report["cases"]
     ]
-    lines += markdown_table(["#", "query", "changed", "A: first (evidence)", "B: first (evidence)"], rows)
+    header = ["#", "query", "changed", "A: first (evidence)", "B: first (evidence)", "B adds (+) / drops (-)"]
+    lines += markdown_table(header, rows)
     return "\n".join(lines) + "\n"
 
 

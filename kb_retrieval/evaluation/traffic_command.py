@@ -3,13 +3,15 @@
 
 Command lines (wired by ``kb_retrieval.cli``, which adds ``--state-dir/--uri/--collection/--mode``)::
 
-    kb-retrieval compare --from-traces [--since 2026-12-01] [--limit N] (--set KEY=VALUE ... | --against DIR)
+    kb-retrieval compare --from-traces [--since 2026-12-01] [--limit N] (--set KEY=VALUE ... | --against DIR |
+        --sidecar)
         [--out reports/local/compare] [--name traffic]
     kb-retrieval golden draft --from-traces [--since ...] [--limit N] [--top 3] [--out FILE.jsonl]
 
 The queries come from the state's trace store (``KB_TRACE_DB_URL``); the current side is the settings the flags and
-``KB_*`` give, the alternative the same with ``--set`` overrides, or the knowledge base in another state dir
-(``--against``). Exit codes: 0 written; 2 bad arguments (nothing written).
+``KB_*`` give, the alternative the same with ``--set`` overrides, the knowledge base in another state dir
+(``--against``), or the stock LlamaIndex retriever run beside each lookup (``--sidecar``). Exit codes: 0 written;
+2 bad arguments (nothing written).
 """
 
 from __future__ import annotations
@@ -55,6 +57,11 @@ def add_compare_traffic_arguments(parser: argparse.ArgumentParser) -> None:
         "--against",
         metavar="DIR",
         help="with --from-traces: the alternative is the knowledge base in this state dir",
+    )
+    parser.add_argument(
+        "--sidecar",
+        action="store_true",
+        help="with --from-traces: the alternative is the stock LlamaIndex retriever run beside each lookup",
     )
 
 
@@ -136,14 +143,22 @@ def run_compare_traffic(args: argparse.Namespace) -> int:
     """``compare --from-traces``: the report files, and a one-line summary on stdout."""
     from kb_retrieval.cli import require_knowledge_base
     from kb_retrieval.cli_args import settings_from_args
-    from kb_retrieval.evaluation.traffic import compare_traffic, traffic_chart, traffic_json, traffic_markdown
+    from kb_retrieval.evaluation.traffic import (
+        compare_traffic,
+        outcome,
+        traffic_chart,
+        traffic_json,
+        traffic_markdown,
+    )
     from kb_retrieval.overrides import UnsupportedOverrideError
     from kb_retrieval.reporting import write_report_files
 
-    if bool(args.sets) == bool(args.against):
-        raise CliError("compare --from-traces needs an alternative: --set KEY=VALUE (repeatable) or --against DIR")
+    if sum(map(bool, (args.sets, args.against, args.sidecar))) != 1:
+        raise CliError(
+            "compare --from-traces needs one alternative: --set KEY=VALUE (repeatable), --against DIR or --sidecar"
+        )
     sets = parse_sets(args.sets)
-    settings = settings_from_args(args)
+    settings = settings_from_args(args, **({"sidecar_enabled": True} if args.sidecar else {}))
     require_knowledge_base(settings)
     other = settings_from_args(args, state_dir=args.against) if args.against else None
     if other is not None:
@@ -152,17 +167,25 @@ def run_compare_traffic(args: argparse.Namespace) -> int:
     source = {"since": args.since, "limit": args.limit}
     with contextlib.ExitStack() as stack:
         current = stack.enter_context(_lookup(settings))
-        if other is not None:
-            alternative = stack.enter_context(_lookup(other))
-            labels = ("current", f"state dir {display_path(args.against)}")
+        if args.sidecar:
+            labels = ("current", "sidecar (stock LlamaIndex retriever)")
+            replay = _beside(current, settings.max_evidence_blocks)
         else:
-            try:
-                alternative = current.with_settings(**sets)
-            except UnsupportedOverrideError:  # another model, plan, ...: a pipeline of its own
-                alternative = stack.enter_context(_lookup(settings_from_args(args, **sets)))
-            labels = ("current", " ".join(f"{k}={v}" for k, v in sets.items()))
+            if other is not None:
+                alternative = stack.enter_context(_lookup(other))
+                labels = ("current", f"state dir {display_path(args.against)}")
+            else:
+                try:
+                    alternative = current.with_settings(**sets)
+                except UnsupportedOverrideError:  # another model, plan, ...: a pipeline of its own
+                    alternative = stack.enter_context(_lookup(settings_from_args(args, **sets)))
+                labels = ("current", " ".join(f"{k}={v}" for k, v in sets.items()))
+
+            def replay(query: str) -> tuple[dict[str, Any], dict[str, Any]]:
+                return outcome(current.lookup(query)), outcome(alternative.lookup(query))
+
         print(f"replaying {len(queries.queries)} queries through {labels[0]} and {labels[1]}", file=sys.stderr)
-        report = compare_traffic(queries, current.lookup, alternative.lookup, labels=labels, source=source)
+        report = compare_traffic(queries, replay, labels=labels, source=source)
     files = write_report_files(
         args.out,
         args.name or DEFAULT_NAME,
@@ -174,6 +197,19 @@ def run_compare_traffic(args: argparse.Namespace) -> int:
     print(f"{report['replayed']} queries replayed ({queries.private} hashed or redacted skipped); changed: {changed}")
     print(files.summary())
     return 0
+
+
+def _beside(lookup: Any, max_documents: int) -> Any:
+    """Both sides from one lookup with the sidecar beside it: the lookup's outcome and the sidecar's."""
+    from kb_retrieval.beside import disabled_entry
+    from kb_retrieval.evaluation.traffic import outcome, sidecar_outcome
+
+    def replay(query: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        details = lookup.lookup_detailed(query)
+        entry = details.beside.trace_entry() if details.beside is not None else disabled_entry()
+        return outcome(details.result), sidecar_outcome(entry, max_documents)
+
+    return replay
 
 
 def run_golden_draft(args: argparse.Namespace) -> int:

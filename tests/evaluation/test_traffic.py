@@ -99,6 +99,7 @@ def test_compare_from_traces_reports_what_an_alternative_changes(sample_settings
         assert a["found"] == b["found"] and a["first"] == b["first"]  # one block: the same first document
         assert len(b["evidence"]) <= 1
         assert ("evidence set" in case["changed"]) == (len(a["evidence"]) > 1)
+        assert case["b_adds"] == [] and case["b_drops"] == a["evidence"][1:]
     assert report["changed"]["evidence set"] >= 1 and report["changed"]["first document"] == 0
     assert "1 hashed or redacted skipped" in out_text
     markdown = reports[0]["traffic.md"].decode()
@@ -110,7 +111,7 @@ def test_compare_from_traces_reports_what_an_alternative_changes(sample_settings
     assert [case["query"] for case in report["cases"]] == queries[-2:]
 
     code = main(["compare", "--from-traces", "--state-dir", state, "--out", str(tmp_path / "none")])
-    assert code == 2 and "needs an alternative" in capsys.readouterr().err
+    assert code == 2 and "needs one alternative" in capsys.readouterr().err
     assert not (tmp_path / "none").exists()
 
 
@@ -128,3 +129,35 @@ def test_golden_draft_from_traces(sample_settings, sample_lookup, tmp_path, caps
     assert "confirm" in capsys.readouterr().out
     first = out.read_bytes()
     assert main([*argv, "--out", str(out)]) == 0 and out.read_bytes() == first
+
+
+def test_compare_from_traces_against_another_state_dir_and_the_sidecar(
+    sample_settings, tmp_path, capsys, monkeypatch, embed_model
+):
+    from kb_retrieval.config import Settings
+    from kb_retrieval.indexing.ingest import ingest
+    from kb_retrieval.indexing.milvus import release_lite
+    from tests.conftest import SAMPLE_KB
+
+    _, queries = _traffic(sample_settings, tmp_path, capsys, monkeypatch)
+    redis_only = Settings(state_dir=tmp_path / "redis-state", vector_store_mode="sdk")
+    ingest([SAMPLE_KB / "redis"], redis_only, embed_model=embed_model)
+    release_lite(redis_only)
+    state = str(sample_settings.state_dir)
+    argv = ["compare", "--from-traces", "--state-dir", state, "--against", str(redis_only.state_dir)]
+    assert main([*argv, "--out", str(tmp_path / "against")]) == 0
+    report = json.loads((tmp_path / "against" / "traffic.json").read_text())
+    assert report["b"].startswith("state dir ") and len(report["cases"]) == len(queries)
+    redis = {path.relative_to(SAMPLE_KB / "redis").as_posix() for path in (SAMPLE_KB / "redis").rglob("*.md")}
+    for case in report["cases"]:
+        assert set(case["b"]["evidence"]) <= redis
+    assert report["changed"]["first document"] >= 1  # the questions about other folders
+
+    argv = ["compare", "--from-traces", "--sidecar", "--state-dir", state, "--out", str(tmp_path / "sidecar")]
+    assert main(argv) == 0
+    report = json.loads((tmp_path / "sidecar" / "traffic.json").read_text())
+    assert report["b"].startswith("sidecar")
+    for case in report["cases"]:
+        b = case["b"]
+        assert "status" not in b, b  # the stock retriever ran beside every lookup
+        assert b["found"] and 1 <= len(b["evidence"]) <= sample_settings.max_evidence_blocks
