@@ -8,9 +8,10 @@ rows (their own store is in memory), so a comparison never feeds the traffic it 
 same report, byte for byte.
 
 Example:
-    >>> queries = traffic_queries([("RedisMemoryHigh", ts), ("sha256:" + "0" * 64, ts)])  # doctest: +SKIP
-    >>> queries.queries, queries.private
-    (['RedisMemoryHigh'], 1)
+    >>> at = dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)
+    >>> queries = traffic_queries([("RedisMemoryHigh", at), ("sha256:" + "0" * 64, at), ("RedisMemoryHigh", at)])
+    >>> queries.queries, queries.private, queries.repeats
+    (['RedisMemoryHigh'], 1, 1)
 """
 
 from __future__ import annotations

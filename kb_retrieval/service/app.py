@@ -39,6 +39,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing.milvus import count_rows
 from kb_retrieval.output import result_json
+from kb_retrieval.overrides import request_refusal
 from kb_retrieval.result import agent_text
 from kb_retrieval.retrieval.query_check import EmptyQueryError, normalize_query
 from kb_retrieval.retrieval.scope import ScopeFilterError
@@ -279,7 +280,8 @@ def describe_validation(errors: list[Any]) -> str:
         message = str(item.get("msg", "invalid")).removeprefix("Value error, ")
         if item.get("type") == "extra_forbidden":
             message = "unknown field"
-            if loc.startswith("settings."):
+            if loc.startswith("settings."):  # what was refused and why (overrides.py), then what a request may set
+                message = request_refusal(loc.removeprefix("settings."))
                 message += " (the settings a request may change: " + ", ".join(OVERRIDABLE) + ")"
         parts.append(f"{loc}: {message}")
     return "; ".join(parts)
