@@ -21,10 +21,12 @@ import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kb_retrieval.models import LookupResult
 from kb_retrieval.reporting import BarChart, ChartFiles, inline, json_text, markdown_table
+
+if TYPE_CHECKING:
+    from kb_retrieval.models import LookupResult
 
 #: How a trace row keeps a query it does not keep in full (``TraceStore.stored_query``: ``hash`` and ``redact``).
 _PRIVATE = re.compile(r"sha256:[0-9a-f]{64}|\[redacted: \d+ characters\]")

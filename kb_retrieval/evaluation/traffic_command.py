@@ -71,7 +71,9 @@ def add_golden_arguments(parser: argparse.ArgumentParser) -> None:
     draft = sub.add_parser("draft", help="draft golden cases from the trace store's queries, for a person to confirm")
     add_trace_arguments(draft)
     draft.add_argument("--top", type=positive_int, default=3, help="documents proposed per query (default 3)")
-    draft.add_argument("--out", default=DEFAULT_DRAFT, metavar="FILE.jsonl", help=f"(default {DEFAULT_DRAFT})")
+    draft.add_argument(
+        "--out", default=DEFAULT_DRAFT, metavar="FILE.jsonl", help=f"where the draft cases go (default {DEFAULT_DRAFT})"
+    )
     add_lookup_arguments(draft)
     draft.set_defaults(func=run_golden_draft)
 
