@@ -450,10 +450,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.from_traces:  # real traffic instead of a golden set: no sidecar needed
         from kb_retrieval.evaluation.traffic_command import run_compare_traffic
 
-        return run_compare_traffic(args)
+        return run_compare_traffic(args, require_knowledge_base)
     if not args.golden:
         raise CliError("compare needs --golden FILE.jsonl, or --from-traces to replay the trace store's queries")
     return int(import_module(COMPARE_MODULE).run_compare_command(args))
+
+
+def cmd_golden(args: argparse.Namespace) -> int:
+    from kb_retrieval.evaluation.traffic_command import run_golden_draft
+
+    return run_golden_draft(args, require_knowledge_base)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -582,6 +588,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         from kb_retrieval.evaluation.traffic_command import add_golden_arguments
 
         add_golden_arguments(p)
+    p.set_defaults(func=cmd_golden)
 
     p = sub.add_parser("bench", help="quality against the stock retrievers on ../shared, and speed ('bench' extra)")
     p.add_argument("--shared", default="../shared", help="folder holding corpora/ and golden/ (default ../shared)")

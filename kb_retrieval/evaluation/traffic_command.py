@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +75,6 @@ def add_golden_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", default=DEFAULT_DRAFT, metavar="FILE.jsonl", help=f"where the draft cases go (default {DEFAULT_DRAFT})"
     )
     add_lookup_arguments(draft)
-    draft.set_defaults(func=run_golden_draft)
 
 
 def parse_sets(pairs: list[str]) -> dict[str, Any]:
@@ -141,9 +140,9 @@ def _lookup(settings: Any) -> Iterator[Any]:
         lookup.close()
 
 
-def run_compare_traffic(args: argparse.Namespace) -> int:
-    """``compare --from-traces``: the report files, and a one-line summary on stdout."""
-    from kb_retrieval.cli import require_knowledge_base
+def run_compare_traffic(args: argparse.Namespace, require_knowledge_base: Callable[[Any], None]) -> int:
+    """``compare --from-traces``: the report files, and a one-line summary on stdout. ``require_knowledge_base``:
+    the CLI's check that a state dir holds a knowledge base (it stops with one line when not)."""
     from kb_retrieval.cli_args import settings_from_args
     from kb_retrieval.evaluation.traffic import (
         compare_traffic,
@@ -214,9 +213,9 @@ def _beside(lookup: Any, max_documents: int) -> Any:
     return replay
 
 
-def run_golden_draft(args: argparse.Namespace) -> int:
-    """``golden draft --from-traces``: a JSON Lines file of draft cases."""
-    from kb_retrieval.cli import require_knowledge_base
+def run_golden_draft(args: argparse.Namespace, require_knowledge_base: Callable[[Any], None]) -> int:
+    """``golden draft --from-traces``: a JSON Lines file of draft cases (``require_knowledge_base`` as for
+    :func:`run_compare_traffic`)."""
     from kb_retrieval.cli_args import settings_from_args
     from kb_retrieval.evaluation.traffic import cases_jsonl, draft_cases
 
