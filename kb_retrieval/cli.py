@@ -1,4 +1,4 @@
-"""``kb-retrieval``: ingest, stats, lookup, serve, traces, fixtures record, eval, compare, bench, demo.
+"""``kb-retrieval``: ingest, stats, lookup, serve, traces, fixtures record, eval, compare, golden draft, bench, demo.
 
 Every command honours ``--state-dir`` / ``KB_STATE_DIR``; flags override ``KB_*`` environment settings.
 Heavy modules load only in the commands that need them, so ``kb-retrieval eval`` stays service-free.
@@ -448,7 +448,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    if args.from_traces:  # real traffic instead of a golden set: no sidecar needed
+        from kb_retrieval.evaluation.traffic_command import run_compare_traffic
+
+        return run_compare_traffic(args, require_knowledge_base)
+    if not args.golden:
+        raise CliError("compare needs --golden FILE.jsonl, or --from-traces to replay the trace store's queries")
     return int(import_module(COMPARE_MODULE).run_compare_command(args))
+
+
+def cmd_golden(args: argparse.Namespace) -> int:
+    from kb_retrieval.evaluation.traffic_command import run_golden_draft
+
+    return run_golden_draft(args, require_knowledge_base)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -564,11 +576,25 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         add_eval_arguments(p)
     p.set_defaults(func=cmd_eval)
 
-    p = sub.add_parser("compare", help="the current path against the stock sidecar retriever, per golden case")
+    p = sub.add_parser(
+        "compare",
+        help="the current path against the stock sidecar retriever per golden case, or (--from-traces) the trace "
+        "store's queries through the current settings and an alternative",
+    )
     if command == "compare":  # only then is the sidecar imported: `eval` and `lookup` never load it
+        from kb_retrieval.evaluation.traffic_command import add_compare_traffic_arguments
+
         import_module(COMPARE_MODULE).add_compare_arguments(p)
+        add_compare_traffic_arguments(p)
         add_lookup_arguments(p)
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("golden", help="golden cases: draft them from the trace store's queries (golden draft)")
+    if command == "golden":
+        from kb_retrieval.evaluation.traffic_command import add_golden_arguments
+
+        add_golden_arguments(p)
+    p.set_defaults(func=cmd_golden)
 
     p = sub.add_parser("bench", help="quality against the stock retrievers on ../shared, and speed ('bench' extra)")
     p.add_argument("--shared", default="../shared", help="folder holding corpora/ and golden/ (default ../shared)")

@@ -30,7 +30,7 @@ from kb_retrieval.evaluation.report import EvalReport, summary_rows
 from kb_retrieval.models import EvidenceBlock, LookupResult, RerankTrace, RetrievalTrace
 from kb_retrieval.reporting import markdown_table
 from kb_retrieval.result import relevance
-from kb_retrieval.terminal import completeness_in_words, pack_mark, reason_in_words, why
+from kb_retrieval.terminal import completeness_in_words, not_found_lines, pack_mark, reason_in_words, why
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -177,7 +177,8 @@ def result_view(result: LookupResult, scoring: ScoringSettings | None = None) ->
         )
     else:
         headline = result.message
-        table = _attempts_table(result.retrieval_trace)
+        lines += [("near misses", line) for line in not_found_lines(result)]
+        table = _near_misses_table(result) if result.near_misses else _attempts_table(result.retrieval_trace)
     details = [
         Details(f"[{rank}] {block.source}" + (f" - {block.title}" if block.title else ""), text=block.content)
         for rank, block in enumerate(result.evidence_blocks, start=1)
@@ -198,7 +199,7 @@ def result_view(result: LookupResult, scoring: ScoringSettings | None = None) ->
             ),
         )
     )
-    if result.found:
+    if result.found or result.near_misses:
         details.append(Details("retrieval attempts", _attempts_table(result.retrieval_trace)))
     details.append(Details("rerank trace", rerank_view(result.rerank_trace).table))
     transform = result.query_transform
@@ -222,6 +223,19 @@ def result_view(result: LookupResult, scoring: ScoringSettings | None = None) ->
         )
     )
     return View(headline, lines, table, details)
+
+
+NEAR_MISS_COLUMNS = ["source", "title", "similarity", "evidence score", "threshold"]
+
+
+def _near_misses_table(result: LookupResult) -> Table:
+    return Table(
+        NEAR_MISS_COLUMNS,
+        [
+            [m.source, m.title or "-", f"{m.similarity:.3f}", f"{m.evidence_score:.3f}", f"{m.threshold:g}"]
+            for m in result.near_misses
+        ],
+    )
 
 
 def _attempts_table(trace: RetrievalTrace) -> Table:

@@ -146,6 +146,9 @@ class RetrievalAttempt(Contract):
     )
     evidence_count: int = 0
     top_similarity: float | None = None
+    evidence_threshold: float | None = Field(
+        default=None, description="The evidence score this attempt's candidates were judged at (None: not reached)."
+    )
     outcome: AttemptOutcome
     outcome_reason: str | None = Field(
         default=None, description="Why a filtered attempt is low quality (its similarity, or L0's title coverage)."
@@ -256,6 +259,16 @@ class ContextPack(Contract):
 RelevanceLevel = Literal["high", "medium", "low", "none"]
 
 
+class NearMiss(Contract):
+    """A candidate document below the evidence threshold, named when a lookup finds no evidence."""
+
+    source: str
+    title: str | None = None
+    similarity: float = Field(description="Normalised semantic similarity of the document's best chunk.")
+    evidence_score: float = Field(description="What the threshold was compared with: similarity + L0 boosts.")
+    threshold: float = Field(description="The evidence threshold of the attempt that ranked it.")
+
+
 class LookupResult(Displayed, Contract):
     """The evidence-first result of one ``lookup_knowledge`` call.
 
@@ -281,6 +294,11 @@ class LookupResult(Displayed, Contract):
         "the runner-up ('' without evidence).",
     )
     retrieval_layer: Literal["L1", "L0+L1", "none"]
+    near_misses: list[NearMiss] = Field(
+        default_factory=list,
+        description="Without evidence: the best candidate documents below the evidence threshold, best first (at "
+        "most 3), each with its similarity, evidence score and the threshold it missed.",
+    )
     elapsed_ms: float = 0.0
     stage_ms: dict[str, float] = Field(default_factory=dict)
     trace_recorded: bool = Field(

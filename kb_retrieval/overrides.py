@@ -112,3 +112,21 @@ def check_overrides(overrides: Mapping[str, Any], current: KBSettings) -> None:
         raise UnsupportedOverrideError(
             f"unknown setting(s) {', '.join(unknown)}; valid: {', '.join(sorted(KBSettings.model_fields))}"
         )
+
+
+def request_refusal(name: str) -> str:
+    """Why a request to the server may not set ``name`` (the settings it may change are the service's own list):
+    fixed when the pipeline was built (and why), a knob with no counterpart (and what to use instead), a setting of
+    the server (set it when ``serve`` starts), or no setting at all.
+
+    Example:
+        >>> request_refusal("lookup_timeout_s")
+        'a setting of the server, not of one request: set KB_LOOKUP_TIMEOUT_S when serve starts'
+    """
+    if name in FIXED:
+        return f"cannot be changed per request: {FIXED[name]}"
+    if name in INSTEAD:
+        return f"not supported: {INSTEAD[name]}"
+    if name in KBSettings.model_fields:
+        return f"a setting of the server, not of one request: set KB_{name.upper()} when serve starts"
+    return "no such setting"

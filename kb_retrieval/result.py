@@ -21,6 +21,7 @@ from kb_retrieval.models import (
     EvidenceBlock,
     EvidenceStatus,
     LookupResult,
+    NearMiss,
     PackedBlock,
     QueryTransform,
     RelevanceLevel,
@@ -30,6 +31,7 @@ from kb_retrieval.models import (
 )
 from kb_retrieval.retrieval.attempts import AttemptResult, L1Outcome
 from kb_retrieval.retrieval.context_pack import block_header
+from kb_retrieval.retrieval.evidence import evidence_score
 from kb_retrieval.retrieval.stage import stage_of
 
 if TYPE_CHECKING:
@@ -89,6 +91,7 @@ def assemble_result(
         completeness_hint=completeness(blocks, pack.summary),
         confidence=lead_confidence(selected, blocks, scoring.close_call_margin),
         retrieval_layer=layer(transform, attempts, blocks),
+        near_misses=near_misses(attempts) if status is EvidenceStatus.NO_EVIDENCE else [],
         stage_ms=stage_ms,
     )
 
@@ -112,6 +115,33 @@ def rerank_trace(selected: AttemptResult | None) -> RerankTrace:
             )
         )
     return RerankTrace(candidate_count=selected.trace.candidate_count, entries=entries)
+
+
+#: How many near misses a result without evidence names.
+MAX_NEAR_MISSES = 3
+
+
+def near_misses(attempts: list[AttemptResult]) -> list[NearMiss]:
+    """The best candidate documents of the attempts, each once at its best evidence score, best first: on a lookup
+    without evidence, all of them are below the threshold their attempt recorded (``evidence_threshold``)."""
+    best: dict[str, NearMiss] = {}
+    for attempt in attempts:
+        threshold = attempt.trace.evidence_threshold
+        if threshold is None:
+            continue
+        for node in attempt.nodes:
+            stage = stage_of(node)
+            score = round(evidence_score(node, stage), 6)
+            source = stage.candidate.source
+            if source not in best or score > best[source].evidence_score:
+                best[source] = NearMiss(
+                    source=source,
+                    title=stage.candidate.title,
+                    similarity=round(stage.candidate.similarity, 6),
+                    evidence_score=score,
+                    threshold=threshold,
+                )
+    return sorted(best.values(), key=lambda m: (-m.evidence_score, m.source))[:MAX_NEAR_MISSES]
 
 
 def relevance(blocks: list[EvidenceBlock], scoring: ScoringSettings) -> RelevanceLevel:

@@ -17,7 +17,7 @@ import re
 import textwrap
 
 from kb_retrieval.config import ScoringSettings
-from kb_retrieval.models import ContextPackSummary, DocumentSection, EvidenceBlock, LookupResult
+from kb_retrieval.models import ContextPackSummary, DocumentSection, EvidenceBlock, LookupResult, NearMiss
 from kb_retrieval.result import relevance
 from kb_retrieval.retrieval.stage import HitKind
 
@@ -38,7 +38,7 @@ def lookup_text(result: LookupResult, scoring: ScoringSettings, *, full: bool = 
         width: Cut the document lines to this many characters (a terminal's width); None keeps them whole.
     """
     if not result.found:
-        return result.message
+        return "\n".join(visible(line) for line in [result.message, *not_found_lines(result)])
     summary = result.context_pack.summary
     left_out = set(summary.omitted_sources)
     shortened = set(summary.truncated_sources)
@@ -89,6 +89,26 @@ def visible(line: str) -> str:
     )
 
 
+def not_found_lines(result: LookupResult) -> list[str]:
+    """Without evidence, the nearest miss and the threshold it missed, then the next misses ([] when none).
+
+    Example: ``not found: nearest miss Redis memory high (redis/memory.md) at 0.388, threshold 0.42``.
+    """
+    if not result.near_misses:
+        return []
+    first, *others = result.near_misses
+    lines = [f"not found: nearest miss {near_miss_words(first)}, threshold {first.threshold:g}"]
+    if others:
+        lines.append("next below the threshold: " + "; ".join(near_miss_words(m) for m in others))
+    return lines
+
+
+def near_miss_words(miss: NearMiss) -> str:
+    """``title (source) at 0.388``: the evidence score, what the threshold is compared with."""
+    name = f"{miss.title} ({miss.source})" if miss.title else miss.source
+    return f"{name} at {miss.evidence_score:.3f}"
+
+
 IN_PACK = "in pack"
 
 
@@ -115,11 +135,51 @@ def completeness_in_words(hint: str) -> str:
 
 def why(block: EvidenceBlock, limit: int = MAX_REASONS) -> str:
     """The block's hit reasons in words, the strongest kinds first, at most ``limit`` of them."""
+    return reasons_in_words(block.hit_reasons, limit)
+
+
+def reasons_in_words(hit_reasons: list[str], limit: int = MAX_REASONS) -> str:
+    """Hit reasons in words, the strongest kinds first, each phrase once, at most ``limit`` of them.
+
+    Example:
+        >>> reasons_in_words(["l1_semantic:0.481", "l0_keyword:RedisMemoryHigh"])
+        'keyword RedisMemoryHigh; meaning close (0.48)'
+    """
     order = {kind.value: index for index, kind in enumerate(_KIND_ORDER)}
-    reasons = sorted(block.hit_reasons, key=lambda r: order.get(r.partition(":")[0], len(order)))
+    reasons = sorted(hit_reasons, key=lambda r: order.get(r.partition(":")[0], len(order)))
     words = list(dict.fromkeys(reason_in_words(r) for r in reasons))
     more = len(words) - limit
     return "; ".join(words[:limit]) + (f"; +{more} more" if more > 0 else "")
+
+
+def matched_sections(block: EvidenceBlock) -> list[tuple[str, str, str]]:
+    """The block's matched sections once each, in document order: ``(heading, breadcrumb, why)``.
+
+    A long section is several chunks under one breadcrumb; they are one section here, its reasons merged (the
+    closest meaning of its chunks). The heading is the breadcrumb's last part.
+    """
+    merged: dict[str, list[str]] = {}
+    for section in block.sections:
+        if section.matched:
+            merged.setdefault(section.breadcrumb or block.breadcrumb or block.source, []).extend(section.hit_reasons)
+    return [
+        (breadcrumb.rpartition(" > ")[2], breadcrumb, reasons_in_words(_closest_meaning(reasons)))
+        for breadcrumb, reasons in merged.items()
+    ]
+
+
+def _closest_meaning(hit_reasons: list[str]) -> list[str]:
+    """The reasons with one ``l1_semantic`` left: the highest (each chunk of a section has its own)."""
+    semantic = [r for r in hit_reasons if r.startswith(f"{HitKind.L1_SEMANTIC.value}:")]
+    best = max(semantic, key=lambda r: _float(r.partition(":")[2]), default=None)
+    return [r for r in hit_reasons if r not in semantic or r == best]
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0
 
 
 def reason_in_words(reason: str) -> str:

@@ -31,7 +31,7 @@ def add_compare_arguments(parser: argparse.ArgumentParser) -> None:
     Args:
         parser: The parser to extend; pair it with :func:`run_compare_command`.
     """
-    parser.add_argument("--golden", required=True, metavar="FILE", help="golden cases, JSON Lines")
+    parser.add_argument("--golden", metavar="FILE", help="golden cases, JSON Lines (or --from-traces)")
     parser.add_argument(
         "--out", default=DEFAULT_OUT_DIR, metavar="DIR", help=f"report directory (default: {DEFAULT_OUT_DIR})"
     )

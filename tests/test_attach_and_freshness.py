@@ -82,3 +82,41 @@ def test_a_long_lived_lookup_sees_a_later_ingest(tmp_path: Path, embed_model) ->
     assert any(r.startswith("lexical_bm25") for r in after.evidence_blocks[0].hit_reasons)  # BM25 reloaded
     assert any(r.startswith("l1_document") for r in after.evidence_blocks[0].hit_reasons)  # document vectors too
     lookup.close()
+
+
+def test_a_stock_collection_of_simple_directory_reader_files_names_its_documents_by_file(
+    tmp_path: Path, embed_model
+) -> None:
+    """Issue 38 item 6: ``VectorStoreIndex`` + ``MilvusVectorStore`` over ``SimpleDirectoryReader`` output keeps each
+    node's ``file_path`` / ``file_name`` as dynamic fields; ``KB_SOURCE_FIELD`` names one and the documents are their
+    files, not the reader's random doc ids."""
+    import pytest
+    from llama_index.core import SimpleDirectoryReader
+
+    from kb_retrieval.indexing.milvus import SchemaMismatchError
+
+    kb = tmp_path / "kb"
+    shutil.copytree(SAMPLE_KB / "redis", kb / "redis")
+    shutil.copytree(SAMPLE_KB / "mysql", kb / "mysql")
+    uri = str(tmp_path / "milvus.db")
+    store = MilvusVectorStore(uri=uri, collection_name="stock", dim=384, overwrite=True)
+    documents = SimpleDirectoryReader(str(kb), recursive=True).load_data()
+    VectorStoreIndex.from_documents(
+        documents, storage_context=StorageContext.from_defaults(vector_store=store), embed_model=embed_model
+    )
+    store.client.close()
+    stock = {"id_field": "id", "content_field": "text", "vector_field": "embedding", "metric": "IP"}
+    settings = KBSettings(state_dir=tmp_path, milvus_uri=uri, collection="stock", vector_store_mode="sdk", **stock)
+    with pytest.raises(SchemaMismatchError, match="KB_SOURCE_FIELD=file_path or file_name"):
+        KnowledgeLookup(settings, embed_model=embed_model)  # no 'source' field: the error says what to name
+    for key, expected, mode in (
+        ("file_path", str(kb / "redis" / "memory-usage-high.md"), "sdk"),
+        ("file_name", "memory-usage-high.md", "sdk"),
+        ("file_path", str(kb / "redis" / "memory-usage-high.md"), "vectorstore"),
+    ):
+        update = {"source_field": key, "vector_store_mode": mode}
+        lookup = KnowledgeLookup(settings.model_copy(update=update), embed_model=embed_model)
+        result = lookup.lookup(ALERT)
+        assert result.found and result.evidence_blocks[0].source == expected, (key, mode)
+        assert all(block.source.endswith(".md") for block in result.evidence_blocks)  # files, no UUIDs
+        lookup.close()

@@ -17,7 +17,7 @@ from kb_retrieval.indexing.milvus import lite_locked_message
 
 pytestmark = pytest.mark.unit
 
-COMMANDS = ["ingest", "stats", "lookup", "serve", "traces", "fixtures", "eval", "compare", "bench", "demo"]
+COMMANDS = ["ingest", "stats", "lookup", "serve", "traces", "fixtures", "eval", "compare", "golden", "bench", "demo"]
 
 
 @pytest.mark.parametrize("command", ["lookup", "stats"])

@@ -60,3 +60,14 @@ def test_what_a_lookup_reads_is_accepted_and_so_is_a_fixed_setting_at_its_own_va
 
 def test_every_fixed_name_is_a_setting() -> None:
     assert set(FIXED) <= set(KBSettings.model_fields) and not set(INSTEAD) & set(KBSettings.model_fields)
+
+
+def test_a_request_refusal_says_why():
+    import doctest
+
+    import kb_retrieval.overrides as overrides
+
+    assert doctest.testmod(overrides, optionflags=doctest.ELLIPSIS).failed == 0
+    assert overrides.request_refusal("collection").startswith("cannot be changed per request: the pipeline holds")
+    assert overrides.request_refusal("doc_ids").startswith("not supported: a document is its source id")
+    assert overrides.request_refusal("nope") == "no such setting"

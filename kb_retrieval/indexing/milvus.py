@@ -494,8 +494,14 @@ def validate_collection(client: MilvusClient, settings: Settings) -> None:
         found = fields.get(field_name)
         if found is None and field_name in optional:
             continue  # a collection written by another tool: the features that need it are off (features_off)
+        if (
+            found is None
+            and field_name == settings.source_field
+            and _dynamic_key(client, name, description, field_name)
+        ):
+            continue  # stock MilvusVectorStore keeps node metadata (file_path, file_name) as dynamic keys
         if found is None:
-            problems.append(f"missing field '{field_name}' ({data_type.name})")
+            problems.append(f"missing field '{field_name}' ({data_type.name})" + _stock_hint(field_name, settings))
         elif found["type"] != data_type:
             problems.append(f"field '{field_name}' is {found['type'].name}, expected {data_type.name}")
     vector = fields.get(settings.vector_field)
@@ -510,6 +516,23 @@ def validate_collection(client: MilvusClient, settings: Settings) -> None:
         raise SchemaMismatchError(
             f"Milvus collection '{name}' does not match the configuration: " + "; ".join(problems)
         )
+
+
+def _dynamic_key(client: MilvusClient, name: str, description: dict[str, Any], key: str) -> bool:
+    """Whether the collection keeps ``key`` as a dynamic field holding text (read on one row that has it)."""
+    if not description.get("enable_dynamic_field"):
+        return False
+    rows = client.query(name, filter=f'{key} != ""', limit=1, output_fields=[key])
+    return bool(rows) and isinstance(rows[0].get(key), str)
+
+
+def _stock_hint(field_name: str, settings: Settings) -> str:
+    if field_name != settings.source_field:
+        return ""
+    return (
+        " (a collection written by stock LlamaIndex MilvusVectorStore keeps each node's file_path and file_name as "
+        "dynamic fields: KB_SOURCE_FIELD=file_path or file_name names documents by their files)"
+    )
 
 
 def features_off(client: MilvusClient, settings: Settings) -> dict[str, str]:

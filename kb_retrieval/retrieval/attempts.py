@@ -215,6 +215,7 @@ class AttemptRunner:
                     follow_ranking=settings.evidence_follows_ranking,
                 )
         trace.evidence_count = len(blocks)
+        trace.evidence_threshold = settings.evidence_threshold  # what a near miss is reported against
         if not search.candidates:
             trace.outcome = "no_candidates"
         elif not blocks:

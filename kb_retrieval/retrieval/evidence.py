@@ -50,7 +50,7 @@ def build_evidence_blocks(
                 HitReason(
                     kind=HitKind.L1_RANK,
                     detail=f"ranked {i + 1}, above the first evidence at rank {first + 1} "
-                    f"(evidence score {_evidence_score(node, stage):.3f} < {evidence_threshold:.3f})",
+                    f"(evidence score {evidence_score(node, stage):.3f} < {evidence_threshold:.3f})",
                 )
             )
         candidate = stage.candidate
@@ -72,11 +72,12 @@ def build_evidence_blocks(
     return blocks
 
 
-def _evidence_score(node: NodeWithScore, stage: StageData) -> float:
+def evidence_score(node: NodeWithScore, stage: StageData) -> float:
+    """What ``evidence_threshold`` is compared with: the rerank's evidence score (similarity + L0 boosts)."""
     record = stage.rerank
     return record.evidence_score if record is not None else float(node.score or 0.0)
 
 
 def _is_evidence(node: NodeWithScore, stage: StageData, evidence_threshold: float) -> bool:
     """At the threshold, or holding a rare exact identifier of the query (that is evidence of its own)."""
-    return _evidence_score(node, stage) >= evidence_threshold or bool(stage.exact_terms)
+    return evidence_score(node, stage) >= evidence_threshold or bool(stage.exact_terms)

@@ -1,6 +1,7 @@
 """The ASGI app: thin routes over a :class:`~kb_retrieval.service.runner.LookupRunner`, and ``/mcp``.
 
     GET  /                  the retrieval-test page (static HTML and JS; content shown as text, never as HTML)
+    GET  /docs              the API reference, drawn from /openapi.json by a script this app serves (no CDN)
     GET  /healthz           200 with the collection, chunk count and lexical mode; 503 with the reason (Milvus
                             unreachable, or a collection with no chunk to search)
     POST /v1/lookup         {"query": ..., "filters": {...}, "settings": {...}} -> the JSON ``lookup --json`` prints
@@ -26,7 +27,6 @@ import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request
@@ -39,6 +39,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing.milvus import count_rows
 from kb_retrieval.output import result_json
+from kb_retrieval.overrides import request_refusal
 from kb_retrieval.result import agent_text
 from kb_retrieval.retrieval.query_check import EmptyQueryError, normalize_query
 from kb_retrieval.retrieval.scope import ScopeFilterError
@@ -55,6 +56,7 @@ from kb_retrieval.service.models import (
     LookupRequest,
     TraceRows,
 )
+from kb_retrieval.service.page import router as page_router
 from kb_retrieval.service.runner import BusyError, LookupRunner, QueryTooLongError, WorkerWaitError
 from kb_retrieval.service.security import (
     AccessLogMiddleware,
@@ -67,14 +69,6 @@ from kb_retrieval.terminal import lookup_text
 from kb_retrieval.traces import row_dict
 
 log = logging.getLogger(__name__)
-PAGE_DIR = Path(__file__).parent / "page"
-#: The page's scripts come from this server only: even text that slipped into HTML could not run.
-PAGE_HEADERS = {
-    "content-security-policy": "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
-    "object-src 'none'; base-uri 'none'; frame-ancestors 'none'",
-    "x-content-type-options": "nosniff",
-    "cache-control": "no-cache",
-}
 HEALTH_TIMEOUT_S = 5.0
 MAX_TRACE_ROWS = 500
 ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": ErrorBody} for code in (401, 413, 422, 500, 503)}
@@ -120,7 +114,7 @@ def create_app(lookup: KnowledgeLookup, serve: ServeSettings | None = None) -> F
         title="kb-retrieval",
         summary="lookup_knowledge over HTTP and MCP",
         lifespan=lifespan,
-        docs_url="/docs",
+        docs_url=None,  # /docs is the page router's own: no CDN
         redoc_url=None,
     )
     app.state.runner = runner
@@ -133,13 +127,7 @@ def create_app(lookup: KnowledgeLookup, serve: ServeSettings | None = None) -> F
     app.add_middleware(AccessLogMiddleware, stored_query=lookup.traces.stored_query)
     _add_error_handlers(app)
 
-    @app.get("/", include_in_schema=False)
-    def page() -> Response:
-        return Response((PAGE_DIR / "index.html").read_bytes(), media_type="text/html", headers=PAGE_HEADERS)
-
-    @app.get("/page/app.js", include_in_schema=False)
-    def page_script() -> Response:
-        return Response((PAGE_DIR / "app.js").read_bytes(), media_type="text/javascript", headers=PAGE_HEADERS)
+    app.include_router(page_router)  # the retrieval-test page and /docs, served whole (no CDN)
 
     @app.get("/healthz", response_model=Health, responses={503: {"model": Health}})
     async def healthz() -> JSONResponse:
@@ -303,7 +291,8 @@ def describe_validation(errors: list[Any]) -> str:
         message = str(item.get("msg", "invalid")).removeprefix("Value error, ")
         if item.get("type") == "extra_forbidden":
             message = "unknown field"
-            if loc.startswith("settings."):
+            if loc.startswith("settings."):  # what was refused and why (overrides.py), then what a request may set
+                message = request_refusal(loc.removeprefix("settings."))
                 message += " (the settings a request may change: " + ", ".join(OVERRIDABLE) + ")"
         parts.append(f"{loc}: {message}")
     return "; ".join(parts)

@@ -10,7 +10,7 @@ import pytest
 pytestmark = pytest.mark.unit
 
 #: The modules with examples in their docstrings (``report`` and ``runner`` have none: nothing of theirs would run).
-MODULES = ["errors", "golden", "fixtures", "hit_levels", "metrics"]
+MODULES = ["errors", "golden", "fixtures", "hit_levels", "metrics", "traffic", "traffic_command"]
 
 
 @pytest.mark.parametrize("module", MODULES)

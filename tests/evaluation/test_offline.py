@@ -99,9 +99,9 @@ def test_evaluator_runs_with_heavy_packages_and_network_blocked(
     assert sorted(path.name for path in out.iterdir()) == ["golden.json", "golden.md"]
 
 
-# The fixture recorder is the one bridge to the live pipeline: it may import the runtime, but only lazily
-# (inside functions or under TYPE_CHECKING), so importing kb_retrieval.evaluation stays light.
-RUNTIME_BRIDGES = {"recorder.py"}
+# The fixture recorder and the traffic replay are the bridges to the live pipeline: they may import the runtime, but
+# only lazily (inside functions or under TYPE_CHECKING), so importing kb_retrieval.evaluation stays light.
+RUNTIME_BRIDGES = {"recorder.py", "traffic.py", "traffic_command.py"}
 
 
 def _imported_names(tree: ast.AST, module_level_only: bool) -> list[str]:

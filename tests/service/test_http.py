@@ -140,9 +140,19 @@ def test_bad_requests_are_4xx_with_a_one_line_message(served):
     assert_error(
         post(served, "/v1/lookup", {"query": "q", "settings": {"milvus_uri": "http://elsewhere"}}),
         422,
-        "settings.milvus_uri: unknown field",
+        "settings.milvus_uri: cannot be changed per request: the pipeline holds one Milvus client",
         "max_evidence_blocks",
     )
+    # Each refused setting says why (overrides.py), never pydantic's "Extra inputs are not permitted".
+    for name, why in (
+        ("alpha", "settings.alpha: not supported: the dense/BM25 balance is lexical_weight"),
+        ("lookup_timeout_s", "settings.lookup_timeout_s: a setting of the server, not of one request: set KB_LOOKUP"),
+        ("embed_model", "settings.embed_model: cannot be changed per request: the query model is loaded once"),
+        ("topk", "settings.topk: no such setting (the settings a request may change: top_k"),
+    ):
+        response = post(served, "/v1/lookup", {"query": "q", "settings": {name: 1}})
+        assert_error(response, 422, why)
+        assert "Extra inputs" not in response.text
     assert_error(post(served, "/v1/lookup", {"query": "q", "settings": {"top_k": 0}}), 422, "settings.top_k")
     assert_error(post(served, "/v1/lookup", {"query": "q", "settings": {"top_k": "many"}}), 422, "settings.top_k")
     bad_json = httpx.post(

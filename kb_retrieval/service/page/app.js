@@ -11,6 +11,7 @@ const FIELDS = [
   ["reference_threshold", "reference threshold", "number", ""],
   ["document_ranking", "document ranking", "bool", "off"],
   ["lexical_enabled", "BM25", "bool", ""],
+  ["context_budget_tokens", "budget tokens", "number", ""],
 ];
 
 function el(tag, attrs, ...children) {
@@ -78,54 +79,76 @@ function headers() {
 }
 
 async function lookup(query, settings) {
-  const response = await fetch("/v1/lookup", { method: "POST", headers: headers(), body: JSON.stringify({ query, settings }) });
+  // The page's own route: the /v1/lookup JSON ("result") and the terminal's words for it ("view").
+  const response = await fetch("/page/lookup", { method: "POST", headers: headers(), body: JSON.stringify({ query, settings }) });
   const body = await response.json().catch(() => ({ error: `HTTP ${response.status}` }));
   if (!response.ok) throw new Error(body.error || `HTTP ${response.status}`);
   return body;
 }
 
-function renderBlocks(result) {
+const PACK_CLASS = { "in pack": "in-pack", "cut": "cut", "left out": "left-out" };
+
+function scroll(child) {
+  return el("div", { class: "scroll" }, child);
+}
+
+function renderBlocks(result, view) {
   const box = el("div", { class: "blocks" });
   result.evidenceBlocks.forEach((block, i) => {
-    const matched = (block.sections || []).filter((s) => s.matched);
-    box.append(el("div", { class: "block", "data-source": block.source },
-      el("div", { class: "title" }, `[${i + 1}] ${block.title || block.source}`),
+    const words = view.blocks[i];
+    const sections = words.sections.map((s) => el("li", { title: s.breadcrumb },
+      el("span", { class: "heading" }, s.heading), el("span", { class: "muted" }, ` — ${s.why}`)));
+    box.append(el("div", { class: `block ${PACK_CLASS[words.pack]}`, "data-source": block.source, "data-pack": words.pack },
+      el("div", { class: "title" }, `[${i + 1}] ${block.title || block.source} `,
+        el("span", { class: `pack ${PACK_CLASS[words.pack]}` }, words.pack)),
       el("div", { class: "source" }, block.source),
       el("div", { class: "muted" }, `breadcrumb: ${block.breadcrumb || "–"} · category ${fmt(block.category)} · ${block.retrievalLayer}`),
-      el("div", {}, `relevance: score ${fmt(block.score)} · similarity ${fmt(block.similarity)}`),
-      el("div", {}, "hit reasons: ", ...block.hitReasons.map((r) => el("span", { class: "reason" }, r))),
-      matched.length ? el("div", { class: "sections" }, "matched sections: ",
-        el("ul", {}, ...matched.map((s) => el("li", {}, `${s.breadcrumb || "(section " + s.position + ")"}`,
-          s.hitReasons.length ? el("span", { class: "muted" }, ` — ${s.hitReasons.join(", ")}`) : null)))) : null,
+      el("div", {}, `relevance ${words.relevance} · score ${fmt(block.score)}`),
+      el("div", { class: "why" }, "why: ", el("span", {}, words.why)),
+      sections.length ? el("div", { class: "sections" }, "matched sections:", el("ul", {}, ...sections),
+        words.sectionsNotMatched ? el("div", { class: "muted" }, `${words.sectionsNotMatched} section(s) not matched`) : null) : null,
+      el("details", {}, el("summary", {}, "hit reason codes"), ...block.hitReasons.map((r) => el("span", { class: "reason" }, r))),
       el("details", {}, el("summary", {}, "content"), el("pre", { class: "content" }, block.content))));
   });
-  if (!result.evidenceBlocks.length) box.append(el("p", { class: "muted" }, "no evidence block"));
+  if (!result.evidenceBlocks.length) {
+    box.append(el("p", { class: "muted" }, "no evidence block"));
+    if (view.nearMisses.length) {
+      box.append(el("div", { class: "near-misses" },
+        ...view.notFound.map((line) => el("p", { class: "not-found" }, line)),
+        scroll(table(["nearest misses", "title", "similarity", "evidence score", "threshold"],
+          view.nearMisses.map((m) => [m.source, m.title, m.similarity, m.evidenceScore, m.threshold])))));
+    }
+  }
   return box;
 }
 
-function renderResult(column, label, settings, result) {
+function renderResult(column, label, settings, answer) {
+  const { result, view } = answer;
   const t = result.queryTransform;
   const trace = result.retrievalTrace;
   column.replaceChildren(
     el("h2", {}, `${label} `, el("span", { class: "muted mono" }, JSON.stringify(settings))),
     el("p", { class: "summary" },
       el("strong", {}, result.found ? "found" : "not found"),
-      ` · ${result.evidenceStatus} · relevance ${result.relevanceLevel} · layer ${result.retrievalLayer} · ${fmt(result.elapsedMs)} ms`),
-    el("p", { class: "muted" }, result.message, " ", result.completenessHint),
+      ` · ${result.evidenceStatus} · relevance ${result.relevanceLevel} · layer ${result.retrievalLayer} · `,
+      el("span", { class: "timing" }, `${fmt(result.elapsedMs)} ms`)),
+    el("p", { class: "muted" }, result.message,
+      ...(result.found ? [el("br"), `completeness: ${view.completeness}`] : []),
+      ...(view.confidence ? [el("br"), `confidence: ${view.confidence}`] : [])),
     el("p", { class: "muted" }, `query as searched: ${t.normalizedQuery}`,
       el("br"), `filter: ${t.categoryFilter || "none"} (${t.filterReason})`,
       el("br"), `L0 hints: keywords ${t.hints.matchedKeywords.join(", ") || "–"}; domains ${t.hints.domains.join(", ") || "–"}; titles ${t.hints.matchedTitles.join(", ") || "–"}`,
       ...(t.notes.length ? [el("br"), `notes: ${t.notes.join("; ")}`] : [])),
     el("h3", {}, "Evidence blocks"),
-    renderBlocks(result),
+    renderBlocks(result, view),
     el("h3", {}, "Attempts"),
     el("p", { class: "muted" }, `selected attempt ${fmt(trace.selectedAttempt)} · fallback ${fmt(trace.fallbackReason)} · path served ${fmt(trace.pathServed)}`),
-    table(["#", "filtered", "filter", "path", "path fallback", "lexical", "candidates", "BM25 added", "evidence", "top sim", "outcome", "error", "ms"],
+    scroll(table(["#", "filtered", "filter", "path", "path fallback", "lexical", "candidates", "BM25 added", "evidence", "top sim", "threshold", "outcome", "error", "ms"],
       trace.attempts.map((a) => [a.attempt, a.filtered, a.filterExpr || a.categoryFilter, a.path, a.pathFallbackReason,
-        a.lexicalMode, a.candidateCount, a.lexicalAdded, a.evidenceCount, a.topSimilarity, a.outcome, a.error, a.elapsedMs])),
+        a.lexicalMode, a.candidateCount, a.lexicalAdded, a.evidenceCount, a.topSimilarity, a.evidenceThreshold, a.outcome, a.error, a.elapsedMs]))),
     el("h3", {}, "Rerank contributions and document-ranking signals"),
-    table(["rank", "source", "base", "boosts", "ranking signals", "final"],
-      result.rerankTrace.entries.map((e) => [e.rank, e.source, e.baseScore, pairs(e.boosts), pairs(e.ranking), e.finalScore])),
+    scroll(table(["rank", "source", "base", "boosts", "ranking signals", "final"],
+      result.rerankTrace.entries.map((e) => [e.rank, e.source, e.baseScore, pairs(e.boosts), pairs(e.ranking), e.finalScore]))),
     el("h3", {}, "Stages (ms)"),
     el("p", { class: "mono" }, pairs(result.stageMs)));
 }
@@ -136,10 +159,10 @@ async function refreshTraces() {
     const response = await fetch("/v1/traces?limit=10", { headers: headers() });
     const body = await response.json();
     if (!response.ok) throw new Error(body.error || `HTTP ${response.status}`);
-    box.replaceChildren(table(["id", "time", "ms", "status", "layer", "relevance", "fallback", "query", "evidence"],
+    box.replaceChildren(scroll(table(["id", "time", "ms", "status", "layer", "relevance", "fallback", "query", "evidence"],
       body.rows.map((r) => [r.id, r.created_at, r.duration_ms, r.evidence_status, r.retrieval_layer,
         r.retrieval_details.relevance_level, r.retrieval_details.fallback_reason, r.query,
-        (r.retrieval_details.evidence_blocks || []).map((b) => b.source).join(", ")])));
+        (r.retrieval_details.evidence_blocks || []).map((b) => b.source).join(", ")]))));
   } catch (error) {
     box.replaceChildren(el("p", { class: "error" }, `traces: ${error.message}`));
   }
