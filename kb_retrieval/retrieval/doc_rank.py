@@ -60,6 +60,7 @@ from kb_retrieval.config import ScoringSettings
 from kb_retrieval.indexing.doc_vectors import DocumentVectors
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.retrieval.events import reranking
+from kb_retrieval.retrieval.rank_fit import RankFit, mixture
 from kb_retrieval.retrieval.runtime import cannot, known_source
 from kb_retrieval.retrieval.stage import (
     Boost,
@@ -88,6 +89,9 @@ class DocumentRanker(BaseNodePostprocessor):
 
     weights: dict[str, float] = Field(
         default_factory=lambda: ScoringSettings().ranking_weights(), description="Signal -> weight."
+    )
+    mixture: str = Field(
+        default="", description="What chose the weights: the knowledge base's own fit (rank_fit), or empty."
     )
     _vectors: DocumentVectors | None = PrivateAttr(default=None)
     _embed_model: Any = PrivateAttr(default=None)
@@ -123,7 +127,8 @@ class DocumentRanker(BaseNodePostprocessor):
         }
         if config is not None:
             return cls.from_dict(config, **state)
-        return cls(weights=lookup.settings.scoring.ranking_weights(), **state)
+        weights, mixture = taught_weights(lookup.settings.scoring, getattr(lookup, "rank_fit", None))
+        return cls(weights=weights, mixture=mixture, **state)
 
     @property
     def vectors(self) -> DocumentVectors | None:
@@ -205,6 +210,8 @@ class DocumentRanker(BaseNodePostprocessor):
                 detail += f" static {static:.3f}"
             if vectors.static_titles is not None:
                 detail += f" weighted title {static_title:.3f}"
+            if self.mixture:
+                detail += f"; weights: {self.mixture}"
             record.hit_reasons.append(HitReason(kind=HitKind.L1_DOCUMENT, detail=detail))
             node.score = round(sum(record.ranking.values()), 6)
             write_stage(node, stage)
@@ -213,3 +220,14 @@ class DocumentRanker(BaseNodePostprocessor):
     @staticmethod
     def _staged(nodes: list[NodeWithScore]) -> list[tuple[NodeWithScore, StageData]]:
         return [(n, stage_of(n)) for n in nodes]
+
+
+def taught_weights(scoring: ScoringSettings, fit: RankFit | None) -> tuple[dict[str, float], str]:
+    """The ranking weights of ``scoring`` with the mixture the knowledge base chose (``fit``, when
+    ``scoring.fit_ranking``), and a note of what chose them for the trace ("" without a fit)."""
+    weights = scoring.ranking_weights()
+    if fit is None or not scoring.fit_ranking:
+        return weights, ""
+    if not fit.fitted:
+        return weights, f"as set ({fit.reason})"
+    return mixture(weights, fit.section_weight, fit.identity_scale), fit.describe()
