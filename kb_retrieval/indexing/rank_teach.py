@@ -27,6 +27,7 @@ from llama_index.core.vector_stores import FilterOperator, MetadataFilter, Metad
 from kb_retrieval.config import ScoringSettings, Settings
 from kb_retrieval.indexing.pseudo_queries import PseudoQuery, SectionRow, pseudo_queries
 from kb_retrieval.knowledge.chunker import BREADCRUMB_SEPARATOR
+from kb_retrieval.retrieval.query_check import EmptyQueryError
 from kb_retrieval.retrieval.rank_fit import PseudoCase, RankFit, choose, load_fit, store_fit
 from kb_retrieval.retrieval.stage import stage_of
 
@@ -37,12 +38,13 @@ UNIT_WEIGHTS = {name: 1.0 for name in ScoringSettings.model_fields if name.start
 
 
 class _RankerSignals(BaseCallbackHandler):
-    """Keeps the document ranker's last output: each candidate's source and raw signals."""
+    """Keeps the document ranker's last call: its candidates in the order it was given them (retrieval's), each
+    with its raw signals."""
 
     def __init__(self, ranker_name: str) -> None:
         super().__init__([], [])
         self._name = ranker_name
-        self._open: set[str] = set()
+        self._given: dict[str, list[str]] = {}
         self.last: list[tuple[str, dict[str, float]]] = []
 
     def on_event_start(
@@ -53,20 +55,21 @@ class _RankerSignals(BaseCallbackHandler):
         parent_id: str = "",
         **kwargs: Any,
     ) -> str:
-        if event_type == CBEventType.RERANKING and (payload or {}).get(EventPayload.MODEL_NAME) == self._name:
-            self._open.add(event_id)
+        payload = payload or {}
+        if event_type == CBEventType.RERANKING and payload.get(EventPayload.MODEL_NAME) == self._name:
+            self._given[event_id] = [stage_of(n).candidate.source for n in payload.get(EventPayload.NODES) or []]
         return event_id
 
     def on_event_end(
         self, event_type: CBEventType, payload: dict[str, Any] | None = None, event_id: str = "", **kwargs: Any
     ) -> None:
-        if event_id in self._open and payload:
-            self._open.discard(event_id)
-            self.last = []
+        if event_id in self._given and payload:
+            given = self._given.pop(event_id)
+            signals = {}
             for node in payload.get(EventPayload.NODES) or []:
                 stage = stage_of(node)
-                signals = dict(stage.rerank.ranking) if stage.rerank is not None else {}
-                self.last.append((stage.candidate.source, signals))
+                signals[stage.candidate.source] = dict(stage.rerank.ranking) if stage.rerank is not None else {}
+            self.last = [(source, signals.get(source, {})) for source in given]
 
     def start_trace(self, trace_id: str | None = None) -> None:
         return None
@@ -101,8 +104,10 @@ def section_rows(client: Any, settings: Settings) -> list[SectionRow]:
     return rows
 
 
-def collect(lookup: Any, queries: list[PseudoQuery]) -> list[PseudoCase]:
-    """Each pseudo-query looked up with its own chunk left out; its candidates and their raw ranking signals."""
+def ranker_signals(lookup: Any, texts: list[str], left_out: list[str] | None = None) -> list[PseudoCase | None]:
+    """Each text looked up (with the chunk of ``left_out`` at the same index left out by a scope, when given) with
+    every ranking weight 1: the candidates in retrieval's order with the ranker's raw signals, as a
+    :class:`PseudoCase` with no answer (``source`` ""); ``None`` when the lookup found nothing. No trace is written."""
     from kb_retrieval.retrieval.doc_rank import DocumentRanker
 
     handler = _RankerSignals(DocumentRanker.class_name())
@@ -110,13 +115,27 @@ def collect(lookup: Any, queries: list[PseudoQuery]) -> list[PseudoCase]:
     unit = lookup.with_settings(scoring=scoring)
     unit = unit._variant(unit.settings, CallbackManager([handler]))
     unit.traces, unit.beside = _NoTraces(), None  # the knowledge base's own questions are no tool calls
-    cases = []
-    for query in queries:
+    out: list[PseudoCase | None] = []
+    for i, text in enumerate(texts):
         handler.last = []
-        scope = MetadataFilters(filters=[MetadataFilter(key="id", value=query.chunk_id, operator=FilterOperator.NE)])
-        details = unit.lookup_detailed(query.text, filters=scope)
-        cases.append(PseudoCase(query.source, handler.last if details.result.found else []))
-    return cases
+        chunk = left_out[i] if left_out else ""
+        scope = (
+            MetadataFilters(filters=[MetadataFilter(key="id", value=chunk, operator=FilterOperator.NE)])
+            if chunk
+            else None
+        )
+        try:
+            found = unit.lookup_detailed(text, filters=scope).result.found
+        except EmptyQueryError:  # a blank golden line: nothing found
+            found = False
+        out.append(PseudoCase("", handler.last) if found else None)
+    return out
+
+
+def collect(lookup: Any, queries: list[PseudoQuery]) -> list[PseudoCase]:
+    """Each pseudo-query looked up with its own chunk left out; its answer, candidates and their raw signals."""
+    cases = ranker_signals(lookup, [q.text for q in queries], [q.chunk_id for q in queries])
+    return [PseudoCase(q.source, c.candidates if c else []) for q, c in zip(queries, cases, strict=True)]
 
 
 def teach_ranking(lookup: Any) -> RankFit | None:

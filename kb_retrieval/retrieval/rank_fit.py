@@ -96,13 +96,19 @@ def mixture(configured: dict[str, float], section_weight: float, identity_scale:
     return out
 
 
-def reciprocal_rank(case: PseudoCase, weights: dict[str, float]) -> float:
-    """1/rank of the case's source when its candidates are ordered by ``weights`` (retrieval's order breaks ties)."""
+def order(candidates: Sequence[tuple[str, dict[str, float]]], weights: dict[str, float]) -> list[str]:
+    """The candidates' sources ordered by ``weights`` (the ranker's sum, rounded as it rounds; retrieval's order
+    breaks ties)."""
     scored = [
         (-round(sum(weights.get(k, 0.0) * v for k, v in signals.items()), 6), i, source)
-        for i, (source, signals) in enumerate(case.candidates)
+        for i, (source, signals) in enumerate(candidates)
     ]
-    for rank, (_, _, source) in enumerate(sorted(scored)[:DEPTH], start=1):
+    return [source for _, _, source in sorted(scored)]
+
+
+def reciprocal_rank(case: PseudoCase, weights: dict[str, float]) -> float:
+    """1/rank of the case's source when its candidates are ordered by ``weights`` (0 past :data:`DEPTH`)."""
+    for rank, source in enumerate(order(case.candidates, weights)[:DEPTH], start=1):
         if source == case.source:
             return 1.0 / rank
     return 0.0
