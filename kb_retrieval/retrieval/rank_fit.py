@@ -92,7 +92,8 @@ def mixture(configured: dict[str, float], section_weight: float, identity_scale:
     out = dict(configured)
     out[SECTION] = section_weight
     for name in IDENTITY:
-        out[name] = round(configured.get(name, 0.0) * identity_scale, 6)
+        if name in out:
+            out[name] = round(out[name] * identity_scale, 6)
     return out
 
 
