@@ -140,7 +140,8 @@ class KnowledgeLookup:
         self.traces = trace_store or TraceStore.from_settings(self.settings)
         # The comparison runner (the sidecar) is known only through the protocol in kb_retrieval.beside.
         self.beside = beside
-        self._teach_ranking()
+        if path is None:  # a search path of the caller's own (a fake, a proxy) is not the knowledge base to learn
+            self._teach_ranking()
         if self.beside is None and self.settings.sidecar_enabled:
             self.beside = load_runner(self.settings.sidecar_factory, self.settings, self.embed_model)
 

@@ -27,6 +27,7 @@ from llama_index.core.vector_stores import FilterOperator, MetadataFilter, Metad
 from kb_retrieval.config import ScoringSettings, Settings
 from kb_retrieval.indexing.pseudo_queries import PseudoQuery, SectionRow, pseudo_queries
 from kb_retrieval.knowledge.chunker import BREADCRUMB_SEPARATOR
+from kb_retrieval.models import EvidenceStatus
 from kb_retrieval.retrieval.query_check import EmptyQueryError
 from kb_retrieval.retrieval.rank_fit import PseudoCase, RankFit, choose, load_fit, store_fit
 from kb_retrieval.retrieval.stage import stage_of
@@ -78,6 +79,10 @@ class _RankerSignals(BaseCallbackHandler):
         return None
 
 
+class KnowledgeBaseUnavailable(RuntimeError):
+    """A lookup of the fit could not search the knowledge base (an outage): no fit is taught from it."""
+
+
 class _NoTraces:
     def record(self, *args: Any, **kwargs: Any) -> bool:
         return False
@@ -125,9 +130,13 @@ def ranker_signals(lookup: Any, texts: list[str], left_out: list[str] | None = N
             else None
         )
         try:
-            found = unit.lookup_detailed(text, filters=scope).result.found
+            result = unit.lookup_detailed(text, filters=scope).result
         except EmptyQueryError:  # a blank golden line: nothing found
-            found = False
+            out.append(None)
+            continue
+        if result.evidence_status is EvidenceStatus.UNAVAILABLE:
+            raise KnowledgeBaseUnavailable(result.message)
+        found = result.found
         out.append(PseudoCase("", handler.last) if found else None)
     return out
 
@@ -147,6 +156,8 @@ def teach_ranking(lookup: Any) -> RankFit | None:
     if not (settings.document_ranking and scoring.fit_ranking and scoring.fit_queries):
         return None
     version = lookup.state.index_version
+    if not version or not lookup.state.known_documents:  # nothing ingested yet: nothing to teach, nothing written
+        return None
     if (stored := load_fit(settings.state_dir, version)) is not None:
         return stored
     queries = pseudo_queries(section_rows(lookup.client, settings), limit=scoring.fit_queries)
@@ -155,7 +166,16 @@ def teach_ranking(lookup: Any) -> RankFit | None:
         reason = f"kept: {len(queries)} pseudo-queries, fewer than {scoring.fit_min_queries}"
         fit = RankFit(version, configured, configured.get("chunk", 0.0), 1.0, len(queries), reason)
     else:
-        fit = choose(collect(lookup, queries), configured, index_version=version, min_queries=scoring.fit_min_queries)
+        try:
+            cases = collect(lookup, queries)
+        except KnowledgeBaseUnavailable as exc:
+            log.warning("document ranking fit not taught (the knowledge base could not be searched: %s)", exc)
+            return None
+        if sum(1 for c in cases if c.candidates) < scoring.fit_min_queries:
+            # Lookups that find nothing teach nothing (a path that answers no search): no fit, nothing stored.
+            log.warning("document ranking fit not taught: too few pseudo-queries found anything")
+            return None
+        fit = choose(cases, configured, index_version=version, min_queries=scoring.fit_min_queries)
     try:
         store_fit(settings.state_dir, fit)
     except OSError as exc:  # a read-only state dir: the fit serves this process only
