@@ -194,6 +194,19 @@ class ScoringSettings(BaseModel):
     rank_exact_match: float = Field(
         default=1.0, ge=0, le=5, description="Times the exact-identifier boost (too rare in the sets to fit: kept)."
     )
+    fit_ranking: bool = Field(
+        default=True,
+        description="Let each knowledge base choose, when an index version is first opened, the best section's "
+        "weight (rank_chunk) and a factor on the identity weights (rank_title, rank_summary, rank_static_*) on "
+        "questions made from its own sections (kb_retrieval.retrieval.rank_fit); off, or with too few sections, the "
+        "rank_* weights as set.",
+    )
+    fit_queries: int = Field(
+        default=200, ge=0, le=2000, description="Pseudo-queries the ranking fit asks at most (0: no fit)."
+    )
+    fit_min_queries: int = Field(
+        default=50, ge=1, le=2000, description="Fewer pseudo-queries than this: the rank_* weights as set."
+    )
 
     @property
     def exact_signals(self) -> bool:

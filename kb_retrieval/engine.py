@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import threading
 import time
@@ -41,6 +42,7 @@ from kb_retrieval.indexing.lite_files import private_at_exit, private_tree, priv
 from kb_retrieval.indexing.milvus import connect, ensure_collection, features_off, without_missing_fields
 from kb_retrieval.indexing.model_check import check_query_model
 from kb_retrieval.indexing.onnx_query import query_encoder
+from kb_retrieval.indexing.rank_teach import teach_ranking
 from kb_retrieval.models import Candidate, LookupResult, QueryTransform
 from kb_retrieval.overrides import check_overrides
 from kb_retrieval.pipeline import Pipeline, Resources
@@ -161,6 +163,8 @@ class KnowledgeLookup:
         self.traces = trace_store or TraceStore.from_settings(self.settings)
         # The comparison runner (the sidecar) is known only through the protocol in kb_retrieval.beside.
         self.beside = beside
+        if path is None:  # a search path of the caller's own (a fake, a proxy) is not the knowledge base to learn
+            self._teach_ranking()
         if self.beside is None and self.settings.sidecar_enabled:
             self.beside = load_runner(self.settings.sidecar_factory, self.settings, self.embed_model)
 
@@ -177,6 +181,13 @@ class KnowledgeLookup:
         return cls(settings, embed_model=embed_model)
 
     # --- state and pipeline ---------------------------------------------------------------------------
+
+    def _teach_ranking(self) -> None:
+        """An index version opened for the first time teaches the document ranking its mixture (stored by version;
+        kb_retrieval.indexing.rank_teach), and the state uses it."""
+        state = self._holder.current
+        if state.rank_fit is None and (fit := teach_ranking(self)) is not None:
+            self._holder.publish(dataclasses.replace(state, rank_fit=fit))
 
     def _build_pipeline(self, state: RetrievalState) -> Pipeline:
         return Pipeline.build(self.settings, state, self._resources, callback_manager=self._callback_manager)
@@ -210,6 +221,7 @@ class KnowledgeLookup:
     exact = property(lambda self: self.state.exact)
     named_terms = property(lambda self: self.state.named_terms)
     doc_vectors = property(lambda self: self.state.doc_vectors)
+    rank_fit = property(lambda self: self.state.rank_fit)
     memory = property(lambda self: self.state.memory)
     plan = property(lambda self: self.state.plan)
     plan_reason = property(lambda self: self.state.plan_reason)

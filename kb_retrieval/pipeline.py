@@ -31,6 +31,7 @@ from kb_retrieval.retrieval.expand import DocumentExpander, SectionStore
 from kb_retrieval.retrieval.hybrid import HybridRetriever
 from kb_retrieval.retrieval.l0_hints import L0HintProvider
 from kb_retrieval.retrieval.l1 import L1Retriever, VectorPath
+from kb_retrieval.retrieval.rank_fit import RankFit
 from kb_retrieval.retrieval.rerank import RuleReranker
 from kb_retrieval.state import RetrievalState
 
@@ -61,6 +62,7 @@ class StageInputs:
     settings: KBSettings
     l0: L0HintProvider
     doc_vectors: DocumentVectors | None
+    rank_fit: RankFit | None
     query_embed_model: BaseEmbedding
     ingest_record: IngestRecord
     sections: SectionStore
@@ -100,6 +102,7 @@ class Pipeline:
             settings=settings,
             l0=state.l0,
             doc_vectors=state.doc_vectors,
+            rank_fit=state.rank_fit,
             query_embed_model=resources.query_embed_model,
             ingest_record=resources.ingest_record,
             sections=resources.sections,

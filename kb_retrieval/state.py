@@ -42,6 +42,7 @@ from kb_retrieval.retrieval.exact import ExactIdentifierIndex, named_terms
 from kb_retrieval.retrieval.l0_hints import L0HintProvider
 from kb_retrieval.retrieval.l1.memory import MemoryMirror, MirrorTooLargeError
 from kb_retrieval.retrieval.lexical import LexicalIndex, lexical_document
+from kb_retrieval.retrieval.rank_fit import RankFit, load_fit
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,7 @@ class RetrievalState:
     exact: ExactIdentifierIndex | None = None
     named_terms: dict[str, frozenset[str]] = field(default_factory=dict)
     doc_vectors: DocumentVectors | None = None
+    rank_fit: RankFit | None = None
     memory: MemoryMirror | None = None
     source: str = "milvus"
     read_s: float = 0.0
@@ -148,6 +150,8 @@ def _read(
         )
     read_s = round(time.perf_counter() - started, 3)
     doc_vectors = DocumentVectors.load_from_milvus(client, settings) if settings.document_ranking else None
+    # The ranking mixture this index version taught itself at ingest (kb_retrieval.indexing.rank_teach), if any.
+    rank_fit = load_fit(settings.state_dir, index.index_version) if settings.scoring.fit_ranking else None
     # What makes a word a rare term: the documents' own titles and headings, as recorded at ingest.
     names = named_terms({s: [e.title, *e.headings] for s, e in index.documents.items()}) if exact else {}
     if parts is None and key and plan == asked:
@@ -162,6 +166,7 @@ def _read(
         exact=exact,
         named_terms=names,
         doc_vectors=doc_vectors,
+        rank_fit=rank_fit,
         memory=memory,
         source="snapshot" if parts is not None else "milvus",
         read_s=read_s,

@@ -19,6 +19,9 @@ mostly in their titles. :class:`DocumentRanker` scores each document with one li
 |             | exact_match                                         | 2.2, ``_l0`` 1.7, ``_doc_focus`` 0.05, |
 |             |                                                     | ``_exact_match`` 1                     |
 
+Each knowledge base may change two of these on its own questions (:mod:`kb_retrieval.retrieval.rank_fit`, taught
+when an index version is first opened): the best section's weight, and a factor on the identity weights (title,
+summary, both static); the hit reason ends with the mixture and what chose it.
 (``l0`` is the sum of the L0 boosts: title, keyword, entity, category, breadcrumb, content.) Both static
 similarities leave out the direction every document's static vector shares, from 20 documents up
 (``ScoringSettings.static_common_min_documents``; :func:`~kb_retrieval.indexing.doc_vectors.common_direction`).
@@ -60,6 +63,7 @@ from kb_retrieval.config import ScoringSettings
 from kb_retrieval.indexing.doc_vectors import DocumentVectors
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.retrieval.events import reranking
+from kb_retrieval.retrieval.rank_fit import RankFit, mixture
 from kb_retrieval.retrieval.runtime import cannot, known_source
 from kb_retrieval.retrieval.stage import (
     Boost,
@@ -88,6 +92,9 @@ class DocumentRanker(BaseNodePostprocessor):
 
     weights: dict[str, float] = Field(
         default_factory=lambda: ScoringSettings().ranking_weights(), description="Signal -> weight."
+    )
+    mixture: str = Field(
+        default="", description="What chose the weights: the knowledge base's own fit (rank_fit), or empty."
     )
     _vectors: DocumentVectors | None = PrivateAttr(default=None)
     _embed_model: Any = PrivateAttr(default=None)
@@ -123,7 +130,8 @@ class DocumentRanker(BaseNodePostprocessor):
         }
         if config is not None:
             return cls.from_dict(config, **state)
-        return cls(weights=lookup.settings.scoring.ranking_weights(), **state)
+        weights, mixture = taught_weights(lookup.settings.scoring, getattr(lookup, "rank_fit", None))
+        return cls(weights=weights, mixture=mixture, **state)
 
     @property
     def vectors(self) -> DocumentVectors | None:
@@ -205,6 +213,8 @@ class DocumentRanker(BaseNodePostprocessor):
                 detail += f" static {static:.3f}"
             if vectors.static_titles is not None:
                 detail += f" weighted title {static_title:.3f}"
+            if self.mixture:
+                detail += f"; weights: {self.mixture}"
             record.hit_reasons.append(HitReason(kind=HitKind.L1_DOCUMENT, detail=detail))
             node.score = round(sum(record.ranking.values()), 6)
             write_stage(node, stage)
@@ -213,3 +223,14 @@ class DocumentRanker(BaseNodePostprocessor):
     @staticmethod
     def _staged(nodes: list[NodeWithScore]) -> list[tuple[NodeWithScore, StageData]]:
         return [(n, stage_of(n)) for n in nodes]
+
+
+def taught_weights(scoring: ScoringSettings, fit: RankFit | None) -> tuple[dict[str, float], str]:
+    """The ranking weights of ``scoring`` with the mixture the knowledge base chose (``fit``, when
+    ``scoring.fit_ranking``), and a note of what chose them for the trace ("" without a fit)."""
+    weights = scoring.ranking_weights()
+    if fit is None or not scoring.fit_ranking:
+        return weights, ""
+    if not fit.fitted:
+        return weights, f"as set ({fit.reason})"
+    return mixture(weights, fit.section_weight, fit.identity_scale), fit.describe()

@@ -1,0 +1,184 @@
+"""Teach the document ranking on the knowledge base itself, once per index version (at its first load).
+
+The knowledge base's sections give the pseudo-queries (:mod:`kb_retrieval.indexing.pseudo_queries`); each is looked
+up through the whole pipeline, its own chunk left out by a scope, with every ranking weight 1 so that the document
+ranker's record holds its raw signals (read from its ``CBEventType.RERANKING`` event, the way a LlamaIndex callback
+user would); :func:`~kb_retrieval.retrieval.rank_fit.choose` picks the mixture, and it is stored beside the state,
+under the index version it was taught on. :class:`~kb_retrieval.engine.KnowledgeLookup` teaches it when it first
+opens a version that has none (a few seconds to a minute: one lookup per pseudo-query); a later load of that
+version reads it (:func:`kb_retrieval.retrieval.rank_fit.load_fit`). A version published to a running lookup by a
+reload keeps the configured weights until a process opens it again.
+
+Example:
+    >>> fit = teach_ranking(lookup)  # doctest: +SKIP
+    >>> fit.describe()  # doctest: +SKIP
+    'section 1.5 identity x0 (fitted on 200 pseudo-queries; pseudo-query MRR 0.356 -> 0.439)'
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from llama_index.core.callbacks import CallbackManager, CBEventType, EventPayload
+from llama_index.core.callbacks.base_handler import BaseCallbackHandler
+from llama_index.core.vector_stores import FilterOperator, MetadataFilter, MetadataFilters
+
+from kb_retrieval.config import ScoringSettings, Settings
+from kb_retrieval.indexing.pseudo_queries import PseudoQuery, SectionRow, pseudo_queries
+from kb_retrieval.knowledge.chunker import BREADCRUMB_SEPARATOR
+from kb_retrieval.models import EvidenceStatus
+from kb_retrieval.retrieval.query_check import EmptyQueryError
+from kb_retrieval.retrieval.rank_fit import PseudoCase, RankFit, choose, load_fit, store_fit
+from kb_retrieval.retrieval.stage import stage_of
+
+log = logging.getLogger(__name__)
+
+#: Every ranking weight at 1: the ranker's record then holds each signal's raw value.
+UNIT_WEIGHTS = {name: 1.0 for name in ScoringSettings.model_fields if name.startswith("rank_")}
+
+
+class _RankerSignals(BaseCallbackHandler):
+    """Keeps the document ranker's last call: its candidates in the order it was given them (retrieval's), each
+    with its raw signals."""
+
+    def __init__(self, ranker_name: str) -> None:
+        super().__init__([], [])
+        self._name = ranker_name
+        self._given: dict[str, list[str]] = {}
+        self.last: list[tuple[str, dict[str, float]]] = []
+
+    def on_event_start(
+        self,
+        event_type: CBEventType,
+        payload: dict[str, Any] | None = None,
+        event_id: str = "",
+        parent_id: str = "",
+        **kwargs: Any,
+    ) -> str:
+        payload = payload or {}
+        if event_type == CBEventType.RERANKING and payload.get(EventPayload.MODEL_NAME) == self._name:
+            self._given[event_id] = [stage_of(n).candidate.source for n in payload.get(EventPayload.NODES) or []]
+        return event_id
+
+    def on_event_end(
+        self, event_type: CBEventType, payload: dict[str, Any] | None = None, event_id: str = "", **kwargs: Any
+    ) -> None:
+        if event_id in self._given and payload:
+            given = self._given.pop(event_id)
+            signals = {}
+            for node in payload.get(EventPayload.NODES) or []:
+                stage = stage_of(node)
+                signals[stage.candidate.source] = dict(stage.rerank.ranking) if stage.rerank is not None else {}
+            self.last = [(source, signals.get(source, {})) for source in given]
+
+    def start_trace(self, trace_id: str | None = None) -> None:
+        return None
+
+    def end_trace(self, trace_id: str | None = None, trace_map: dict[str, list[str]] | None = None) -> None:
+        return None
+
+
+class KnowledgeBaseUnavailable(RuntimeError):
+    """A lookup of the fit could not search the knowledge base (an outage): no fit is taught from it."""
+
+
+class _NoTraces:
+    def record(self, *args: Any, **kwargs: Any) -> bool:
+        return False
+
+
+def section_rows(client: Any, settings: Settings) -> list[SectionRow]:
+    """Every chunk of the collection as a :class:`SectionRow`."""
+    from kb_retrieval.indexing.milvus import iter_rows
+
+    fields = [settings.id_field, settings.source_field, settings.content_field, settings.metadata_field]
+    rows = []
+    for row in iter_rows(client, settings, fields):
+        meta = row.get(settings.metadata_field) or {}
+        rows.append(
+            SectionRow(
+                chunk_id=str(row[settings.id_field]),
+                source=str(row[settings.source_field]),
+                title=str(meta.get("title") or ""),
+                breadcrumb=[h for h in str(meta.get("breadcrumb") or "").split(BREADCRUMB_SEPARATOR) if h],
+                position=int(meta.get("position") or 0),
+                content=str(row.get(settings.content_field) or ""),
+            )
+        )
+    return rows
+
+
+def ranker_signals(lookup: Any, texts: list[str], left_out: list[str] | None = None) -> list[PseudoCase | None]:
+    """Each text looked up (with the chunk of ``left_out`` at the same index left out by a scope, when given) with
+    every ranking weight 1: the candidates in retrieval's order with the ranker's raw signals, as a
+    :class:`PseudoCase` with no answer (``source`` ""); ``None`` when the lookup found nothing. No trace is written."""
+    from kb_retrieval.retrieval.doc_rank import DocumentRanker
+
+    handler = _RankerSignals(DocumentRanker.class_name())
+    scoring = lookup.settings.scoring.model_copy(update={**UNIT_WEIGHTS, "fit_ranking": False})
+    unit = lookup.with_settings(scoring=scoring)
+    unit = unit._variant(unit.settings, CallbackManager([handler]))
+    unit.traces, unit.beside = _NoTraces(), None  # the knowledge base's own questions are no tool calls
+    out: list[PseudoCase | None] = []
+    for i, text in enumerate(texts):
+        handler.last = []
+        chunk = left_out[i] if left_out else ""
+        scope = (
+            MetadataFilters(filters=[MetadataFilter(key="id", value=chunk, operator=FilterOperator.NE)])
+            if chunk
+            else None
+        )
+        try:
+            result = unit.lookup_detailed(text, filters=scope).result
+        except EmptyQueryError:  # a blank golden line: nothing found
+            out.append(None)
+            continue
+        if result.evidence_status is EvidenceStatus.UNAVAILABLE:
+            raise KnowledgeBaseUnavailable(result.message)
+        found = result.found
+        out.append(PseudoCase("", handler.last) if found else None)
+    return out
+
+
+def collect(lookup: Any, queries: list[PseudoQuery]) -> list[PseudoCase]:
+    """Each pseudo-query looked up with its own chunk left out; its answer, candidates and their raw signals."""
+    cases = ranker_signals(lookup, [q.text for q in queries], [q.chunk_id for q in queries])
+    return [PseudoCase(q.source, c.candidates if c else []) for q, c in zip(queries, cases, strict=True)]
+
+
+def teach_ranking(lookup: Any) -> RankFit | None:
+    """The ranking fit of ``lookup``'s current index version (a :class:`~kb_retrieval.engine.KnowledgeLookup`): the
+    stored one, else taught now and stored. ``None`` when the fit is off (``fit_ranking``, ``fit_queries`` 0) or
+    document ranking is."""
+    settings = lookup.settings
+    scoring = settings.scoring
+    if not (settings.document_ranking and scoring.fit_ranking and scoring.fit_queries):
+        return None
+    version = lookup.state.index_version
+    if not version or not lookup.state.known_documents:  # nothing ingested yet: nothing to teach, nothing written
+        return None
+    if (stored := load_fit(settings.state_dir, version)) is not None:
+        return stored
+    queries = pseudo_queries(section_rows(lookup.client, settings), limit=scoring.fit_queries)
+    configured = scoring.ranking_weights()
+    if len(queries) < scoring.fit_min_queries:
+        reason = f"kept: {len(queries)} pseudo-queries, fewer than {scoring.fit_min_queries}"
+        fit = RankFit(version, configured, configured.get("chunk", 0.0), 1.0, len(queries), reason)
+    else:
+        try:
+            cases = collect(lookup, queries)
+        except KnowledgeBaseUnavailable as exc:
+            log.warning("document ranking fit not taught (the knowledge base could not be searched: %s)", exc)
+            return None
+        if sum(1 for c in cases if c.candidates) < scoring.fit_min_queries:
+            # Lookups that find nothing teach nothing (a path that answers no search): no fit, nothing stored.
+            log.warning("document ranking fit not taught: too few pseudo-queries found anything")
+            return None
+        fit = choose(cases, configured, index_version=version, min_queries=scoring.fit_min_queries)
+    try:
+        store_fit(settings.state_dir, fit)
+    except OSError as exc:  # a read-only state dir: the fit serves this process only
+        log.warning("document ranking fit not stored (%s): it is taught again on the next load", exc)
+    log.info("document ranking: %s", fit.describe())
+    return fit

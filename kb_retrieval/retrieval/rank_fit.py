@@ -1,0 +1,215 @@
+"""The document ranking's mixture, taught by the knowledge base itself.
+
+How much a document's best section should count against the document's identity (its title, summary and static
+vectors) depends on the knowledge base's shape: where one document is one alert whose title and opening say what it
+is about, sibling runbooks share template sections and the identity decides; where the answer sits in one section
+of a long page, the page's vectors stand for it poorly and the section decides. Measured (session 19 in
+docs/tuning-history.md): no one weight holds on both.
+
+So each knowledge base chooses, on questions it asks of itself (:mod:`kb_retrieval.indexing.pseudo_queries`: a
+section's first sentence without the words that name its document, its answer that document). Each pseudo-query is
+looked up with **its own chunk left out** (a scope ``id != chunk``): a real question paraphrases its section, it
+never quotes it, and a quoted section would teach "the best section decides" on every knowledge base. Two numbers
+are chosen on a small grid, by mean reciprocal rank of the right document over the pseudo-queries:
+
+- ``section_weight``: ``rank_chunk``, the weight of the best section's similarity;
+- ``identity_scale``: the factor on the identity weights (``rank_title``, ``rank_summary``, ``rank_static_*``).
+
+The other weights (the text vector, the boosts) stay as set. The choice is kept only when it beats the configured
+weights by more than the noise (the paired gain over the queries above :data:`NOISE_SE` standard errors), and it is
+cross-validated by query (:data:`FOLDS` folds; the figure is recorded, not used to choose). Fewer than
+``min_queries`` pseudo-queries: the configured weights, and the reason. The fit is deterministic (the pseudo-queries
+come in a fixed order, the grid is walked in order, ties keep the configured weights) and is stored per index
+version in the state directory (:func:`store_fit`, :func:`load_fit`).
+
+Example:
+    >>> cases = [PseudoCase("a.md", [("b.md", {"chunk": 0.4, "doc_title": 0.6}), ("a.md", {"chunk": 0.7})])]
+    >>> fit = choose(cases, {"chunk": 0.0, "doc_title": 1.0}, index_version="v1", min_queries=1)
+    >>> fit.reason, fit.section_weight
+    ('kept: the gain is within the noise (1 pseudo-queries)', 0.0)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: The weights the identity scale multiplies (the document's own name and opening, by both models).
+IDENTITY = ("doc_title", "doc_summary", "doc_static", "doc_static_title")
+SECTION = "chunk"
+SECTION_WEIGHTS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
+IDENTITY_SCALES = (0.0, 0.5, 1.0)
+#: A choice replaces the configured weights only when its mean gain exceeds this many standard errors.
+NOISE_SE = 2.0
+FOLDS = 5
+#: Ranks past this count as a miss (the reciprocal rank is 0).
+DEPTH = 10
+
+
+@dataclass(frozen=True)
+class PseudoCase:
+    """One pseudo-query's answer (a source) and its candidates in the order retrieval gave them, each with the
+    document ranker's raw signals (weight 1 each)."""
+
+    source: str
+    candidates: list[tuple[str, dict[str, float]]]
+
+
+@dataclass(frozen=True)
+class RankFit:
+    """What a knowledge base chose for its document ranking, and the figures it chose on."""
+
+    index_version: str
+    weights: dict[str, float]
+    section_weight: float
+    identity_scale: float
+    queries: int
+    reason: str
+    mrr_configured: float = 0.0
+    mrr_fitted: float = 0.0
+    cv_mrr_configured: float = 0.0
+    cv_mrr_fitted: float = 0.0
+    grid: list[dict[str, float]] = field(default_factory=list)
+
+    @property
+    def fitted(self) -> bool:
+        return self.reason.startswith("fitted")
+
+    def describe(self) -> str:
+        """One line for the trace: what decided and with what weight."""
+        return (
+            f"section {self.weights.get(SECTION, 0.0):g} identity x{self.identity_scale:g} "
+            f"({self.reason}; pseudo-query MRR {self.mrr_configured:.3f} -> {self.mrr_fitted:.3f})"
+        )
+
+
+def mixture(configured: dict[str, float], section_weight: float, identity_scale: float) -> dict[str, float]:
+    """``configured`` with the best section's weight set and the identity weights scaled."""
+    out = dict(configured)
+    out[SECTION] = section_weight
+    for name in IDENTITY:
+        if name in out:
+            out[name] = round(out[name] * identity_scale, 6)
+    return out
+
+
+def order(candidates: Sequence[tuple[str, dict[str, float]]], weights: dict[str, float]) -> list[str]:
+    """The candidates' sources ordered by ``weights`` (the ranker's sum, rounded as it rounds; retrieval's order
+    breaks ties)."""
+    scored = [
+        (-round(sum(weights.get(k, 0.0) * v for k, v in signals.items()), 6), i, source)
+        for i, (source, signals) in enumerate(candidates)
+    ]
+    return [source for _, _, source in sorted(scored)]
+
+
+def reciprocal_rank(case: PseudoCase, weights: dict[str, float]) -> float:
+    """1/rank of the case's source when its candidates are ordered by ``weights`` (0 past :data:`DEPTH`)."""
+    for rank, source in enumerate(order(case.candidates, weights)[:DEPTH], start=1):
+        if source == case.source:
+            return 1.0 / rank
+    return 0.0
+
+
+def _grid(configured: dict[str, float]) -> list[tuple[float, float]]:
+    """The grid, the configured mixture first (so a tie keeps it)."""
+    here = (configured.get(SECTION, 0.0), 1.0)
+    return [here, *((c, s) for c in SECTION_WEIGHTS for s in IDENTITY_SCALES if (c, s) != here)]
+
+
+def _best(cases: Sequence[PseudoCase], configured: dict[str, float]) -> tuple[tuple[float, float], list[float]]:
+    """The grid point whose mixture is significantly better than the configured one (else the configured one), and
+    its per-case reciprocal ranks."""
+    grid = _grid(configured)
+    base = [reciprocal_rank(c, configured) for c in cases]
+    best, best_rr = grid[0], base
+    for point in grid[1:]:
+        rr = [reciprocal_rank(c, mixture(configured, *point)) for c in cases]
+        if sum(rr) > sum(best_rr) + 1e-9:
+            best, best_rr = point, rr
+    if best != grid[0] and not _significant([b - a for a, b in zip(base, best_rr, strict=True)]):
+        return grid[0], base
+    return best, best_rr
+
+
+def _significant(gains: list[float]) -> bool:
+    n = len(gains)
+    if n < 2:
+        return False
+    mean = sum(gains) / n
+    sd = math.sqrt(sum((g - mean) ** 2 for g in gains) / (n - 1))
+    return mean > NOISE_SE * sd / math.sqrt(n)
+
+
+def _mean(values: Iterable[float]) -> float:
+    values = list(values)
+    return round(sum(values) / len(values), 4) if values else 0.0
+
+
+def choose(
+    cases: Sequence[PseudoCase], configured: dict[str, float], *, index_version: str, min_queries: int
+) -> RankFit:
+    """The mixture the pseudo-queries choose (see the module doc); the configured weights when too few."""
+    n = len(cases)
+    here = configured.get(SECTION, 0.0)
+    if n < min_queries:
+        reason = f"kept: {n} pseudo-queries, fewer than {min_queries}"
+        return RankFit(index_version, dict(configured), here, 1.0, n, reason)
+    base = [reciprocal_rank(c, configured) for c in cases]
+    (section, scale), rr = _best(cases, configured)
+    # Cross-validation by query: choose on the other folds, score the held-out one.
+    held = [0.0] * n
+    for fold in range(FOLDS):
+        train = [c for i, c in enumerate(cases) if i % FOLDS != fold]
+        point, _ = _best(train, configured)
+        weights = mixture(configured, *point)
+        for i in range(fold, n, FOLDS):
+            held[i] = reciprocal_rank(cases[i], weights)
+    grid = [
+        {"section": c, "identity": s, "mrr": _mean(reciprocal_rank(x, mixture(configured, c, s)) for x in cases)}
+        for c, s in _grid(configured)
+    ]
+    kept = (section, scale) == (here, 1.0)
+    reason = f"kept: the gain is within the noise ({n} pseudo-queries)" if kept else f"fitted on {n} pseudo-queries"
+    return RankFit(
+        index_version=index_version,
+        weights=dict(configured) if kept else mixture(configured, section, scale),
+        section_weight=section,
+        identity_scale=scale,
+        queries=n,
+        reason=reason,
+        mrr_configured=_mean(base),
+        mrr_fitted=_mean(rr),
+        cv_mrr_configured=_mean(base),
+        cv_mrr_fitted=_mean(held),
+        grid=grid,
+    )
+
+
+def fit_path(state_dir: Path, index_version: str) -> Path:
+    """Where the fit of ``index_version`` is kept (the version's ``:`` made a file-name character everywhere)."""
+    return state_dir / "rank-fit" / f"{index_version.replace(':', '-')}.json"
+
+
+def store_fit(state_dir: Path, fit: RankFit) -> Path:
+    """Write ``fit`` for its index version (atomically: a reader sees the old file or the new one)."""
+    path = fit_path(state_dir, fit.index_version)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(fit), indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def load_fit(state_dir: Path, index_version: str) -> RankFit | None:
+    """The fit stored for ``index_version``; ``None`` when there is none or it cannot be read."""
+    path = fit_path(state_dir, index_version)
+    try:
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        return RankFit(**data)
+    except (OSError, ValueError, TypeError):
+        return None
