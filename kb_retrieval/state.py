@@ -69,6 +69,8 @@ class RetrievalState:
     memory: MemoryMirror | None = None
     source: str = "milvus"
     read_s: float = 0.0
+    #: What the calibration measured on this index version (retrieval/calibration.py fills it once, on first use).
+    calibration_cache: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def known_documents(self) -> int:
