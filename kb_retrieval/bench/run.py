@@ -168,6 +168,8 @@ PARAPHRASE_HIT5 = 0.88
 #: Issue 20's found decision over the runbooks: answerable found=true at least this share, with unanswerable
 #: found=false at least that share (7 of 8).
 PARAPHRASE_FOUND, PARAPHRASE_REFUSED = 0.97, 0.875
+#: Issue 37: the share of relevance-high lookups that are right, on every set.
+RELEVANCE_HIGH_RIGHT = 0.90
 
 
 def targets(report: dict[str, Any]) -> dict[str, Any]:
@@ -222,6 +224,17 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
             if (count := systems["lookup_knowledge"].get("filter_excluded_all_expected"))
         }
         out["filter_excluded_every_expected==0"] = {"excluded": excluded, "met": not excluded}
+        # Issue 37: relevance high means right nearly always, on every set.
+        high = {
+            f"{setting}/{name}": level["precision"]
+            for setting, sets in quality.items()
+            for name, systems in sets.items()
+            if (level := (systems["lookup_knowledge"].get("relevance_calibration") or {}).get("high"))
+        }
+        out[f"relevance_high_right>={RELEVANCE_HIGH_RIGHT}"] = {
+            "below": {k: v for k, v in high.items() if v < RELEVANCE_HIGH_RIGHT},
+            "met": bool(high) and all(v >= RELEVANCE_HIGH_RIGHT for v in high.values()),
+        }
     latency_sets = warm_latency_sets((report.get("speed") or {}).get("warm_latency"))
     for name, bound in LATENCY_TARGETS.items():
         if figures := latency_sets.get(name):
@@ -440,6 +453,7 @@ def write_report(report: dict[str, Any], out_dir: Path) -> None:
                 )
         md.append("")
     md += _found_curves(report)
+    md += _relevance_calibration(report)
     if speed := report.get("speed"):
         md += ["## Speed", "", "```json", json.dumps(speed, indent=2, sort_keys=True), "```", ""]
     (out_dir / "bench.md").write_text("\n".join(md), encoding="utf-8")
@@ -467,6 +481,47 @@ def _found_curves(report: dict[str, Any]) -> list[str]:
             md.append(f"| {setting} | {name} | " + " | ".join(cells) + " |")
             rows += 1
     return [*md, ""] if rows else []
+
+
+def _relevance_calibration(report: dict[str, Any]) -> list[str]:
+    """The calibration table per set: lookups at each relevance level and how many were right, with the thresholds
+    the knowledge base's calibration used (``retrievalTrace.calibration``)."""
+    from kb_retrieval.bench.quality import LEVELS
+
+    md = [
+        "## Relevance calibration: relevance level vs correct",
+        "",
+        "lookup_knowledge's lookups at each relevance level: right / lookups (right: found, and the first document is "
+        "an expected or acceptable one; an unanswerable case found is wrong); then the thresholds used and where they "
+        "came from (measured on the knowledge base, or the settings).",
+        "",
+        "| setting | golden set | " + " | ".join(LEVELS) + " | found threshold | high from | thresholds from |",
+        "| --- | --- | " + " | ".join("---:" for _ in LEVELS) + " | ---: | ---: | --- |",
+    ]
+    rows = 0
+    for setting, sets in (report.get("quality") or {}).items():
+        for name, systems in sets.items():
+            ours = systems["lookup_knowledge"]
+            if not (table := ours.get("relevance_calibration")):
+                continue
+            cells = [_level(table.get(level)) for level in LEVELS]
+            used = ours.get("calibration") or {}
+            md.append(
+                f"| {setting} | {name} | "
+                + " | ".join(cells)
+                + f" | {_three(used.get('evidenceThreshold'))} | {_three(used.get('relevanceHigh'))} | "
+                f"{used.get('source', 'n/a')} |"
+            )
+            rows += 1
+    return [*md, ""] if rows else []
+
+
+def _three(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def _level(counts: dict[str, Any] | None) -> str:
+    return f"{counts['right']}/{counts['lookups']} ({_fmt(counts['precision'])})" if counts else "-"
 
 
 def _threshold(point: dict[str, float], default: float) -> str:

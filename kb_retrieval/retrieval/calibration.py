@@ -45,9 +45,9 @@ MAX_SAMPLES = 256
 #: Fewer topical sections than this do not estimate a distribution: the configured constants apply.
 MIN_SAMPLES = 20
 #: The background's quantiles kept (and reported); FOUND_QUANTILE and HIGH_QUANTILE are among them.
-QUANTILES = (0.1, 0.2, 0.25, 0.5, 0.75, 0.9)
+QUANTILES = (0.1, 0.2, 0.25, 0.5, 0.55, 0.75, 0.9)
 FOUND_QUANTILE = 0.2
-HIGH_QUANTILE = 0.5
+HIGH_QUANTILE = 0.55
 
 _MARKUP = re.compile(r"[#`*|>_\[\]]+|\s+-\s+|^\s*-\s+", re.MULTILINE)
 _SENTENCE_END = re.compile(r"(?<=[.!?:])\s")
