@@ -24,15 +24,21 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
+import os
 import re
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kb_retrieval.config import Settings
 from kb_retrieval.indexing.embeddings import embed_query
+from kb_retrieval.indexing.snapshot import snapshot_dir
 from kb_retrieval.knowledge.chunker import BREADCRUMB_SEPARATOR
 
 if TYPE_CHECKING:
@@ -40,6 +46,10 @@ if TYPE_CHECKING:
 
     from kb_retrieval.state import RetrievalState
 
+log = logging.getLogger(__name__)
+
+#: Changes when what is measured changes in a way the cache key cannot see.
+CACHE_FORMAT = 1
 #: Pseudo-queries measured at most (embedding them is most of the cost: ~2 s at 256 on one core).
 MAX_SAMPLES = 256
 #: Fewer topical sections than this do not estimate a distribution: the configured constants apply.
@@ -198,11 +208,65 @@ def for_state(state: RetrievalState, settings: Settings, encoder: BaseEmbedding)
     measured = state.calibration_cache.get("background")
     if measured is None:
         mirror = state.memory
+        # Kept on disk per index version (a collection no kb-retrieval ingest versioned is measured every time).
+        key = _cache_key(settings, state.index_version) if state.index_version else ""
+        measured = _read_cached(settings, key) if key else None
+        if measured is None:
 
-        def embed(texts: list[str]) -> np.ndarray:
-            return np.asarray([embed_query(encoder, text) for text in texts], dtype=np.float32)
+            def embed(texts: list[str]) -> np.ndarray:
+                return np.asarray([embed_query(encoder, text) for text in texts], dtype=np.float32)
 
-        measured = state.calibration_cache.setdefault(
-            "background", measure(mirror.rows, mirror.vectors, settings, embed)
-        )
+            measured = measure(mirror.rows, mirror.vectors, settings, embed)
+            if key:
+                _write_cached(settings, key, measured)
+        measured = state.calibration_cache.setdefault("background", measured)
     return calibrate(measured, settings)
+
+
+def _cache_key(settings: Settings, version: str) -> str:
+    """What the background depends on: the index version, the query model and how it is measured."""
+    how = {
+        "format": CACHE_FORMAT,
+        "version": version,
+        "collection": settings.collection,
+        "uri": settings.resolved_milvus_uri(),
+        "model": settings.embed_model,
+        "encoder": settings.query_encoder,
+        "samples": [MIN_SAMPLES, MAX_SAMPLES],
+        "quantiles": QUANTILES,
+    }
+    return hashlib.sha256(json.dumps(how, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _cache_path(settings: Settings) -> Path:
+    return snapshot_dir(settings) / f"{settings.collection}-calibration.json"
+
+
+def _read_cached(settings: Settings, key: str) -> Background | None:
+    """The background this state dir measured for ``key`` (an index version) before, or None."""
+    if not settings.state_snapshots:
+        return None
+    try:
+        data = json.loads(_cache_path(settings).read_text(encoding="utf-8"))
+        if data.get("key") != key:
+            return None
+        return Background(int(data["samples"]), tuple(float(v) for v in data["quantiles"]), str(data["reason"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write_cached(settings: Settings, key: str, measured: Background) -> None:
+    """Keep the measurement beside the state snapshots (a temporary file, then a rename); a failure only costs the
+    next process the measurement again."""
+    if not settings.state_snapshots:
+        return
+    path = _cache_path(settings)
+    record = {"key": key, "samples": measured.samples, "quantiles": measured.quantiles, "reason": measured.reason}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(record, handle, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.warning("calibration not kept in %s: %s", path.parent, exc)

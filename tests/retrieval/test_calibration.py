@@ -127,3 +127,15 @@ def test_on_the_milvus_plan_the_settings_apply_and_the_trace_says_why(sample_loo
     assert sample_lookup.pipeline.state.memory is None
     assert calibration.source == "settings" and "milvus plan" in calibration.reason
     assert calibration.evidence_threshold == sample_lookup.settings.evidence_threshold
+
+
+def test_the_background_is_kept_per_index_version_and_read_back(memory_lookup, tmp_path):
+    from kb_retrieval.retrieval import calibration as module
+
+    state, settings = memory_lookup.pipeline.state, memory_lookup.settings.model_copy(update={"state_dir": tmp_path})
+    kept = module.Background(30, (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7), "kept")
+    module._write_cached(settings, module._cache_key(settings, state.index_version), kept)
+    assert module._read_cached(settings, module._cache_key(settings, state.index_version)) == kept
+    assert module._read_cached(settings, module._cache_key(settings, state.index_version + "-next")) is None
+    off = settings.model_copy(update={"state_snapshots": False})
+    assert module._read_cached(off, module._cache_key(off, state.index_version)) is None
