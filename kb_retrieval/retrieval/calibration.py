@@ -44,7 +44,7 @@ from kb_retrieval.knowledge.chunker import BREADCRUMB_SEPARATOR
 if TYPE_CHECKING:
     from llama_index.core.base.embeddings.base import BaseEmbedding
 
-    from kb_retrieval.state import RetrievalState
+    from kb_retrieval.retrieval.l1.memory import MemoryMirror
 
 log = logging.getLogger(__name__)
 
@@ -198,29 +198,30 @@ def calibrate(measured: Background | None, settings: Settings, off_reason: str =
     )
 
 
-def for_state(state: RetrievalState, settings: Settings, encoder: BaseEmbedding) -> Calibration:
-    """The calibration of ``settings`` on ``state``: the background is measured once per state (index version) and
-    kept with it; on the milvus plan (no vectors in memory) the configured constants apply."""
+def background_of(
+    mirror: MemoryMirror | None, settings: Settings, encoder: BaseEmbedding | None, version: str
+) -> Background:
+    """The background of one index version, measured when its state is loaded (off the request path: a reload
+    builds the new state beside the old one), or read back from the state dir where it was measured before.
+    Without vectors in memory (the milvus plan) or an encoder, nothing is measured and the reason says so."""
     if not settings.calibrate_thresholds:
-        return calibrate(None, settings)
-    if state.memory is None:
-        return calibrate(None, settings, "no chunk vectors in memory (the milvus plan)")
-    measured = state.calibration_cache.get("background")
-    if measured is None:
-        mirror = state.memory
-        # Kept on disk per index version (a collection no kb-retrieval ingest versioned is measured every time).
-        key = _cache_key(settings, state.index_version) if state.index_version else ""
-        measured = _read_cached(settings, key) if key else None
-        if measured is None:
+        return Background(0, (), "calibrate_thresholds is off")
+    if mirror is None:
+        return Background(0, (), "no chunk vectors in memory (the milvus plan)")
+    if encoder is None:
+        return Background(0, (), "no query encoder given to the state loader")
+    # Kept on disk per index version (a collection no kb-retrieval ingest versioned is measured every time).
+    key = _cache_key(settings, version) if version else ""
+    if key and (kept := _read_cached(settings, key)) is not None:
+        return kept
 
-            def embed(texts: list[str]) -> np.ndarray:
-                return np.asarray([embed_query(encoder, text) for text in texts], dtype=np.float32)
+    def embed(texts: list[str]) -> np.ndarray:
+        return np.asarray([embed_query(encoder, text) for text in texts], dtype=np.float32)
 
-            measured = measure(mirror.rows, mirror.vectors, settings, embed)
-            if key:
-                _write_cached(settings, key, measured)
-        measured = state.calibration_cache.setdefault("background", measured)
-    return calibrate(measured, settings)
+    measured = measure(mirror.rows, mirror.vectors, settings, embed)
+    if key:
+        _write_cached(settings, key, measured)
+    return measured
 
 
 def _cache_key(settings: Settings, version: str) -> str:
