@@ -465,7 +465,8 @@ def _found_curves(report: dict[str, Any]) -> list[str]:
     md = [
         "## The found decision: answerable found=true / unanswerable found=false by evidence_threshold",
         "",
-        "Each case looked up again at each threshold (`KB_EVIDENCE_THRESHOLD`); the default is in bold.",
+        "Each case looked up again at each threshold (`KB_EVIDENCE_THRESHOLD`, the knowledge base's calibration off); "
+        "the default is in bold, and the threshold the calibration used per set is in the relevance calibration table.",
         "",
     ]
     rows = 0
