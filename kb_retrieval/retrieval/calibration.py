@@ -59,6 +59,9 @@ QUANTILES = (0.1, 0.2, 0.25, 0.5, 0.55, 0.75, 0.9)
 FOUND_QUANTILE = 0.2
 HIGH_QUANTILE = 0.55
 
+#: Pseudo-queries scored against every chunk at once.
+_BLOCK = 32
+
 _MARKUP = re.compile(r"[#`*|>_\[\]]+|\s+-\s+|^\s*-\s+", re.MULTILINE)
 _SENTENCE_END = re.compile(r"(?<=[.!?:])\s")
 
@@ -137,11 +140,14 @@ def background(
     """For each pseudo-query (row ``own[i]``'s section), its best similarity to a chunk of another document."""
     chunks = chunk_vectors / np.maximum(np.linalg.norm(chunk_vectors, axis=1, keepdims=True), 1e-12)
     queries = query_vectors / np.maximum(np.linalg.norm(query_vectors, axis=1, keepdims=True), 1e-12)
-    sims = queries @ chunks.T
     source_ids = np.unique(np.asarray(sources), return_inverse=True)[1]
-    same = source_ids[np.asarray(own)][:, None] == source_ids[None, :]
-    sims[same] = -1.0
-    return np.clip(sims.max(axis=1), 0.0, 1.0)
+    own_ids = source_ids[np.asarray(own)]
+    best = np.empty(len(queries), dtype=np.float64)
+    for start in range(0, len(queries), _BLOCK):  # a block at a time: 256 x 100k similarities would be 100 MB
+        sims = queries[start : start + _BLOCK] @ chunks.T
+        sims[own_ids[start : start + _BLOCK, None] == source_ids[None, :]] = -1.0
+        best[start : start + _BLOCK] = sims.max(axis=1)
+    return np.clip(best, 0.0, 1.0)
 
 
 @dataclass(frozen=True)
