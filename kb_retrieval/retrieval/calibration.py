@@ -38,7 +38,6 @@ import numpy as np
 
 from kb_retrieval.config import Settings
 from kb_retrieval.indexing.embeddings import embed_query
-from kb_retrieval.indexing.snapshot import snapshot_dir
 from kb_retrieval.knowledge.chunker import BREADCRUMB_SEPARATOR
 
 if TYPE_CHECKING:
@@ -246,7 +245,7 @@ def _cache_key(settings: Settings, version: str) -> str:
 
 
 def _cache_path(settings: Settings) -> Path:
-    return snapshot_dir(settings) / f"{settings.collection}-calibration.json"
+    return settings.state_dir / "calibration" / f"{settings.collection}.json"
 
 
 def _read_cached(settings: Settings, key: str) -> Background | None:
@@ -263,8 +262,8 @@ def _read_cached(settings: Settings, key: str) -> Background | None:
 
 
 def _write_cached(settings: Settings, key: str, measured: Background) -> None:
-    """Keep the measurement beside the state snapshots (a temporary file, then a rename); a failure only costs the
-    next process the measurement again."""
+    """Keep the measurement in ``<state_dir>/calibration`` (a temporary file, then a rename; only with
+    ``state_snapshots``); a failure only costs the next process the measurement again."""
     if not settings.state_snapshots:
         return
     path = _cache_path(settings)
