@@ -7,14 +7,16 @@ question in the knowledge base's own vocabulary reaches in a document that does 
 come from the KB itself: a topical section's heading and first sentence (a heading no other document has: shared
 template headings such as "Mitigation" are not a topic), searched against every chunk of the *other* documents.
 
-- ``found``: the evidence threshold is the configured one, or the background's lower quartile when that is higher
-  (a lookup whose best evidence does not beat what a quarter of out-of-KB questions reach finds nothing).
+- ``found``: the evidence threshold is the configured one, or the background's 20th percentile when that is higher
+  (a lookup whose best evidence does not beat what a fifth of out-of-document questions reach finds nothing).
 - relevance ``high``: the ranking's first document is also the best-matching section's document (the ranking and the
-  similarity agree), and its similarity reaches the configured cut-off or the background's median when higher.
+  similarity agree), and its similarity reaches the configured cut-off or the background's 55th percentile when
+  higher. (Both quantiles chosen on every public corpus at once: docs/tuning-history.md, session 19.)
 
 Too few topical sections (or no vectors in memory, the milvus plan) keep the configured constants, and the result's
 trace says which thresholds were used and why (``retrievalTrace.calibration``). The measurement is deterministic (the
-sample is ordered by a hash of the chunk ids) and kept with the state of its index version.
+sample is ordered by a hash of the chunk ids), made when a state is loaded (never on a lookup's path), kept with the
+state of its index version and in ``<state_dir>/calibration``.
 
 Example:
     >>> Calibration.defaults(0.42, 0.6, 0.45, "no vectors in memory").evidence_threshold
@@ -49,7 +51,7 @@ log = logging.getLogger(__name__)
 
 #: Changes when what is measured changes in a way the cache key cannot see.
 CACHE_FORMAT = 1
-#: Pseudo-queries measured at most (embedding them is most of the cost: ~2 s at 256 on one core).
+#: Pseudo-queries measured at most (embedding them is most of the cost: 6.6 s at 256 on one loaded core).
 MAX_SAMPLES = 256
 #: Fewer topical sections than this do not estimate a distribution: the configured constants apply.
 MIN_SAMPLES = 20
