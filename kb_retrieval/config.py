@@ -424,6 +424,13 @@ class KBSettings(BaseSettings):
         description="A candidate whose final score (normalised similarity + L0 boosts) is below this is not usable "
         "evidence.",
     )
+    calibrate_thresholds: bool = Field(
+        default=True,
+        description="found and relevance calibrated per knowledge base (kb_retrieval.retrieval.calibration): the "
+        "evidence threshold and relevance_high are raised to what questions in the KB's own vocabulary reach in a "
+        "document that does not answer them (measured once per index version on the memory plan); off, or too "
+        "small a KB: the constants.",
+    )
     evidence_follows_ranking: bool = Field(
         default=True,
         description="Once a lookup has evidence, the documents ranked above the first one at evidence_threshold lead "

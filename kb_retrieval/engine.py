@@ -155,7 +155,9 @@ class KnowledgeLookup:
             lexical_mode=self.lexical_mode,
         )
         # One holder of the retrieval state for this object and every settings variant of it (``with_settings``).
-        loader = StateLoader(self.client, self.settings, plan, plan_reason, self.lexical_mode)
+        loader = StateLoader(
+            self.client, self.settings, plan, plan_reason, self.lexical_mode, encoder=self.query_embed_model
+        )
         self._holder = StateHolder(loader, self.settings.freshness_check_s)
         self._callback_manager: CallbackManager | None = None
         self._pipeline_lock = threading.Lock()

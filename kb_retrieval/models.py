@@ -167,6 +167,10 @@ class RetrievalTrace(Contract):
     path_served: str | None = None
     candidate_count: int = 0
     final_count: int = 0
+    calibration: dict[str, Any] | None = Field(
+        default=None,
+        description="The found and relevance thresholds used on this knowledge base, their source and why.",
+    )
 
 
 # --- post-processing --------------------------------------------------------------------------------------

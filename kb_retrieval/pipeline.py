@@ -25,6 +25,7 @@ from kb_retrieval.indexing.doc_vectors import DocumentVectors
 from kb_retrieval.indexing.ingest_record import IngestRecord
 from kb_retrieval.models import LexicalMode
 from kb_retrieval.retrieval.attempts import AttemptRunner
+from kb_retrieval.retrieval.calibration import calibrate
 from kb_retrieval.retrieval.dedupe import SourceDeduplicator
 from kb_retrieval.retrieval.doc_rank import DocumentRanker
 from kb_retrieval.retrieval.expand import DocumentExpander, SectionStore
@@ -114,5 +115,5 @@ class Pipeline:
             *([DocumentRanker.from_lookup(inputs, **fields)] if settings.document_ranking else []),
             DocumentExpander.from_lookup(inputs, **fields),
         )
-        attempts = AttemptRunner(hybrid, postprocessors, settings)
+        attempts = AttemptRunner(hybrid, postprocessors, settings, calibrate(state.background, settings))
         return cls(settings, state, dense, hybrid, postprocessors, attempts)

@@ -30,6 +30,7 @@ from kb_retrieval.models import (
     RetrievalTrace,
 )
 from kb_retrieval.retrieval.attempts import AttemptResult, L1Outcome
+from kb_retrieval.retrieval.calibration import Calibration
 from kb_retrieval.retrieval.context_pack import block_header
 from kb_retrieval.retrieval.evidence import evidence_score
 from kb_retrieval.retrieval.stage import stage_of
@@ -85,9 +86,10 @@ def assemble_result(
             if selected
             else sum(a.trace.candidate_count for a in attempts),
             final_count=len(blocks),
+            calibration=l1.calibration.as_trace() if l1.calibration else None,
         ),
         rerank_trace=rerank_trace(selected),
-        relevance_level=relevance(blocks, scoring),
+        relevance_level=relevance(blocks, scoring, l1.calibration),
         completeness_hint=completeness(blocks, pack.summary),
         confidence=lead_confidence(selected, blocks, scoring.close_call_margin),
         retrieval_layer=layer(transform, attempts, blocks),
@@ -144,11 +146,27 @@ def near_misses(attempts: list[AttemptResult]) -> list[NearMiss]:
     return sorted(best.values(), key=lambda m: (-m.evidence_score, m.source))[:MAX_NEAR_MISSES]
 
 
-def relevance(blocks: list[EvidenceBlock], scoring: ScoringSettings) -> RelevanceLevel:
+def relevance(
+    blocks: list[EvidenceBlock], scoring: ScoringSettings, calibration: Calibration | None = None
+) -> RelevanceLevel:
+    """How much the evidence can be trusted, by its best similarity against the knowledge base's cut-offs
+    (``calibration``'s when given, else the settings').
+
+    ``high`` also needs the first document to hold the best-matching section: when the ranking puts another
+    document first, the first is a judgement call between signals, not a clear match (on the public sets such
+    lookups were right about half as often).
+    """
     if not blocks:
         return "none"
+    high, medium = (
+        (calibration.relevance_high, calibration.relevance_medium)
+        if calibration
+        else (scoring.relevance_high, scoring.relevance_medium)
+    )
     top = max(b.similarity for b in blocks)
-    return "high" if top >= scoring.relevance_high else "medium" if top >= scoring.relevance_medium else "low"
+    if top >= high and blocks[0].similarity >= top:
+        return "high"
+    return "medium" if top >= medium else "low"
 
 
 def lead_confidence(selected: AttemptResult | None, blocks: list[EvidenceBlock], margin: float) -> str:

@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 import time
@@ -37,6 +38,7 @@ from kb_retrieval.indexing.l0_index import L0Index
 from kb_retrieval.indexing.milvus import iter_rows
 from kb_retrieval.indexing.snapshot import SnapshotParts, load_snapshot, snapshot_key, write_snapshot
 from kb_retrieval.models import LexicalMode
+from kb_retrieval.retrieval.calibration import Background, background_of
 from kb_retrieval.retrieval.deadline import Deadline
 from kb_retrieval.retrieval.exact import ExactIdentifierIndex, named_terms
 from kb_retrieval.retrieval.l0_hints import L0HintProvider
@@ -71,6 +73,9 @@ class RetrievalState:
     memory: MemoryMirror | None = None
     source: str = "milvus"
     read_s: float = 0.0
+    #: The similarity out-of-document questions reach on this index version (retrieval/calibration.py): what found
+    #: and relevance are calibrated from; None: not measured (the settings' thresholds).
+    background: Background | None = None
 
     @property
     def known_documents(self) -> int:
@@ -100,15 +105,30 @@ class StateLoader:
     plan: str
     plan_reason: str
     lexical_mode: LexicalMode
+    #: The query encoder, which measures the state's background (None: found and relevance keep the settings).
+    encoder: Any = None
 
     def load(self, previous: RetrievalState | None = None) -> RetrievalState:
         """A state read now (the plan the previous state settled on, if any); see :func:`load_state`."""
         plan, reason = (previous.plan, previous.plan_reason) if previous is not None else (self.plan, self.plan_reason)
-        return load_state(self.client, self.settings, plan=plan, plan_reason=reason, lexical_mode=self.lexical_mode)
+        return load_state(
+            self.client,
+            self.settings,
+            plan=plan,
+            plan_reason=reason,
+            lexical_mode=self.lexical_mode,
+            encoder=self.encoder,
+        )
 
 
 def load_state(
-    client: MilvusClient, settings: KBSettings, *, plan: str, plan_reason: str, lexical_mode: LexicalMode
+    client: MilvusClient,
+    settings: KBSettings,
+    *,
+    plan: str,
+    plan_reason: str,
+    lexical_mode: LexicalMode,
+    encoder: Any = None,
 ) -> RetrievalState:
     """Read the retrieval state kept in Milvus (the L0 index, the document vectors, the BM25 corpus), or this host's
     snapshot of the index version's chunk-wide parts, and make the state of it.
@@ -117,7 +137,9 @@ def load_state(
     them a cycle, and at 100k chunks its repeated full passes over them took most of the build's time.
     """
     with _collector_paused():
-        return _read(client, settings, plan, plan_reason, lexical_mode)
+        state = _read(client, settings, plan, plan_reason, lexical_mode)
+    background = background_of(state.memory, settings, encoder, state.index_version)
+    return dataclasses.replace(state, background=background)
 
 
 def _read(

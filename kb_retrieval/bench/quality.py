@@ -18,6 +18,8 @@ from kb_retrieval.config import Settings
 from kb_retrieval.progress import progress_bar
 
 KS = (1, 3, 5)
+#: Relevance levels in the calibration table's order.
+LEVELS = ("high", "medium", "low", "none")
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,7 @@ class SystemScores:
     filter_excluded: int = 0
     in_pack: int = 0
     pack_judged: int = 0
+    levels: dict[str, list[int]] = field(default_factory=dict)
 
     def add_filter(self, case: Case, category: str | None, category_of: Callable[[str], str | None]) -> None:
         """Counts an answerable case whose L0 category filter excluded every expected document."""
@@ -117,6 +120,13 @@ class SystemScores:
         if case.relevant:
             self.pack_judged += 1
             self.in_pack += int(any(source in case.relevant for source in packed_sources))
+
+    def add_level(self, case: Case, level: str, top_source: str | None) -> None:
+        """The calibration table: per relevance level, the lookups at it and how many were right (found, and the
+        first document is a relevant one; a found answer to an unanswerable case is wrong)."""
+        counts = self.levels.setdefault(level, [0, 0])
+        counts[0] += 1
+        counts[1] += int(top_source is not None and top_source in case.relevant)
 
     def add(self, case: Case, ranking: list[str], found: bool) -> None:
         if not case.relevant:
@@ -144,6 +154,11 @@ class SystemScores:
         out["filter_excluded_all_expected"] = self.filter_excluded
         if self.pack_judged:
             out["right_doc_in_pack"] = round(self.in_pack / self.pack_judged, 4)
+        if self.levels:
+            out["relevance_calibration"] = {
+                level: {"lookups": n, "right": right, "precision": round(right / n, 4) if n else None}
+                for level, (n, right) in sorted(self.levels.items(), key=lambda item: LEVELS.index(item[0]))
+            }
         return out
 
 
@@ -173,6 +188,7 @@ def run_setting(
         return entry.category if entry else None
 
     results: dict[str, dict[str, dict[str, Any]]] = {}
+    calibration: dict[str, Any] | None = None
     for set_name in setting.golden_sets:
         cases = read_cases(shared / "golden" / f"{set_name}.jsonl")
         scores = {"lookup_knowledge": SystemScores(), **{name: SystemScores() for name in stock.by_name()}}
@@ -187,9 +203,13 @@ def run_setting(
                 scores["lookup_knowledge"].add_strong(case, top.source if top else None, packed)
                 scores["lookup_knowledge"].add_pack(case, result.context_pack.summary.included_sources if found else [])
                 scores["lookup_knowledge"].add_filter(case, result.query_transform.category_filter, category_of)
+                first = result.evidence_blocks[0].source if found and result.evidence_blocks else None
+                scores["lookup_knowledge"].add_level(case, result.relevance_level, first)
+                calibration = result.retrieval_trace.calibration or calibration
             except EmptyQueryError:
                 scores["lookup_knowledge"].add(case, [], False)
                 scores["lookup_knowledge"].add_pack(case, [])
+                scores["lookup_knowledge"].add_level(case, "none", None)
             for name, retriever in stock.by_name().items():
                 stock_ranking = document_ranking(retriever, case.query) if case.query.strip() else []
                 scores[name].add(case, stock_ranking, bool(stock_ranking))
@@ -197,6 +217,8 @@ def run_setting(
         bar.close()
         results[set_name] = {name: s.summary() for name, s in scores.items()}
         results[set_name]["lookup_knowledge"]["chunks_over_model_max"] = over
+        if calibration is not None:
+            results[set_name]["lookup_knowledge"]["calibration"] = calibration
         if any(not c.relevant for c in cases) and any(c.relevant for c in cases):
             results[set_name]["lookup_knowledge"]["found_curve"] = found_curve(lookup, cases)
         log(
@@ -232,12 +254,13 @@ CURVE_THRESHOLDS = (0.30, 0.34, 0.38, 0.42, 0.46, 0.50, 0.54)
 def found_curve(lookup: Any, cases: list[Case]) -> list[dict[str, float]]:
     """The found decision's trade-off on one golden set: at each ``evidence_threshold`` of
     :data:`CURVE_THRESHOLDS`, the share of answerable cases with found=true and of unanswerable ones with
-    found=false, every case looked up again with that threshold (the retry decision follows it, as in a lookup)."""
+    found=false, every case looked up again with that threshold (the retry decision follows it, as in a lookup),
+    the knowledge base's calibration off (it would raise the lower thresholds to its own)."""
     from kb_retrieval.retrieval.query_transform import EmptyQueryError
 
     curve = []
     for threshold in CURVE_THRESHOLDS:
-        at = lookup.with_settings(evidence_threshold=threshold)
+        at = lookup.with_settings(evidence_threshold=threshold, calibrate_thresholds=False)
         scores = SystemScores()
         for case in cases:
             try:

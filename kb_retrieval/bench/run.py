@@ -311,6 +311,7 @@ def write_report(report: dict[str, Any], out_dir: Path) -> None:
                 )
         md.append("")
     md += _found_curves(report)
+    md += _relevance_calibration(report)
     if speed := report.get("speed"):
         md += ["## Speed", "", "```json", json.dumps(speed, indent=2, sort_keys=True), "```", ""]
     (out_dir / "bench.md").write_text("\n".join(md), encoding="utf-8")
@@ -322,7 +323,8 @@ def _found_curves(report: dict[str, Any]) -> list[str]:
     md = [
         "## The found decision: answerable found=true / unanswerable found=false by evidence_threshold",
         "",
-        "Each case looked up again at each threshold (`KB_EVIDENCE_THRESHOLD`); the default is in bold.",
+        "Each case looked up again at each threshold (`KB_EVIDENCE_THRESHOLD`, the knowledge base's calibration off); "
+        "the default is in bold, and the threshold the calibration used per set is in the relevance calibration table.",
         "",
     ]
     rows = 0
@@ -338,6 +340,47 @@ def _found_curves(report: dict[str, Any]) -> list[str]:
             md.append(f"| {setting} | {name} | " + " | ".join(cells) + " |")
             rows += 1
     return [*md, ""] if rows else []
+
+
+def _relevance_calibration(report: dict[str, Any]) -> list[str]:
+    """The calibration table per set: lookups at each relevance level and how many were right, with the thresholds
+    the knowledge base's calibration used (``retrievalTrace.calibration``)."""
+    from kb_retrieval.bench.quality import LEVELS
+
+    md = [
+        "## Relevance calibration: relevance level vs correct",
+        "",
+        "lookup_knowledge's lookups at each relevance level: right / lookups (right: found, and the first document is "
+        "an expected or acceptable one; an unanswerable case found is wrong); then the thresholds used and where they "
+        "came from (measured on the knowledge base, or the settings).",
+        "",
+        "| setting | golden set | " + " | ".join(LEVELS) + " | found threshold | high from | thresholds from |",
+        "| --- | --- | " + " | ".join("---:" for _ in LEVELS) + " | ---: | ---: | --- |",
+    ]
+    rows = 0
+    for setting, sets in (report.get("quality") or {}).items():
+        for name, systems in sets.items():
+            ours = systems["lookup_knowledge"]
+            if not (table := ours.get("relevance_calibration")):
+                continue
+            cells = [_level(table.get(level)) for level in LEVELS]
+            used = ours.get("calibration") or {}
+            md.append(
+                f"| {setting} | {name} | "
+                + " | ".join(cells)
+                + f" | {_three(used.get('evidenceThreshold'))} | {_three(used.get('relevanceHigh'))} | "
+                f"{used.get('source', 'n/a')} |"
+            )
+            rows += 1
+    return [*md, ""] if rows else []
+
+
+def _three(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def _level(counts: dict[str, Any] | None) -> str:
+    return f"{counts['right']}/{counts['lookups']} ({_fmt(counts['precision'])})" if counts else "-"
 
 
 def _threshold(point: dict[str, float], default: float) -> str:

@@ -34,6 +34,8 @@ PARAPHRASE_HIT5 = 0.88
 #: Issue 20's found decision over the runbooks: answerable found=true at least this share, with unanswerable
 #: found=false at least that share (7 of 8).
 PARAPHRASE_FOUND, PARAPHRASE_REFUSED = 0.97, 0.875
+#: Issue 37: the share of relevance-high lookups that are right, on every set.
+RELEVANCE_HIGH_RIGHT = 0.90
 
 Target = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -128,6 +130,25 @@ def filter_never_excludes_every_expected(report: dict[str, Any]) -> dict[str, An
     return {"filter_excluded_every_expected==0": {"excluded": excluded, "met": not excluded}}
 
 
+def relevance_high_right(report: dict[str, Any]) -> dict[str, Any]:
+    """Issue 37: relevance ``high`` means right nearly always, on every set."""
+    quality = _quality(report)
+    if not quality:
+        return {}
+    high = {
+        f"{setting}/{name}": level["precision"]
+        for setting, sets in quality.items()
+        for name, systems in sets.items()
+        if (level := (systems["lookup_knowledge"].get("relevance_calibration") or {}).get("high"))
+    }
+    return {
+        f"relevance_high_right>={RELEVANCE_HIGH_RIGHT}": {
+            "below": {k: v for k, v in high.items() if v < RELEVANCE_HIGH_RIGHT},
+            "met": bool(high) and all(v >= RELEVANCE_HIGH_RIGHT for v in high.values()),
+        }
+    }
+
+
 def warm_latency(report: dict[str, Any]) -> dict[str, Any]:
     """Warm lookup p50 over the stock dense retriever's, per query set (default threads and one thread)."""
     out: dict[str, Any] = {}
@@ -209,6 +230,7 @@ TARGETS: tuple[Target, ...] = (
     never_below_stock,
     no_answer_found_false,
     filter_never_excludes_every_expected,
+    relevance_high_right,
     warm_latency,
     lookup_build,
     scale_build,

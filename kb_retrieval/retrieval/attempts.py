@@ -20,6 +20,7 @@ from llama_index.core.schema import NodeWithScore
 
 from kb_retrieval.config import Settings
 from kb_retrieval.models import EvidenceBlock, FallbackReason, RetrievalAttempt
+from kb_retrieval.retrieval.calibration import Calibration, calibrate
 from kb_retrieval.retrieval.deadline import SEARCHES, Deadline
 from kb_retrieval.retrieval.events import lookup_retrieval
 from kb_retrieval.retrieval.evidence import build_evidence_blocks
@@ -46,6 +47,7 @@ class AttemptResult:
 class L1Outcome:
     attempts: list[AttemptResult] = field(default_factory=list)
     fallback_reason: FallbackReason | None = None
+    calibration: Calibration | None = None
 
     @property
     def selected(self) -> AttemptResult | None:
@@ -67,11 +69,17 @@ class AttemptRunner:
     """Runs the L1 attempts of one lookup through the hybrid retriever and the postprocessors."""
 
     def __init__(
-        self, hybrid: HybridRetriever, postprocessors: Sequence[BaseNodePostprocessor], settings: Settings
+        self,
+        hybrid: HybridRetriever,
+        postprocessors: Sequence[BaseNodePostprocessor],
+        settings: Settings,
+        calibration: Calibration | None = None,
     ) -> None:
         self.hybrid = hybrid
         self.postprocessors = list(postprocessors)
         self.settings = settings
+        #: The thresholds found and relevance use on this knowledge base (retrieval/calibration.py).
+        self.calibration = calibration or calibrate(None, settings, "no calibration given")
 
     def run(
         self,
@@ -86,7 +94,7 @@ class AttemptRunner:
         collection holds (0: unknown); an unfiltered search that answers no candidates then is a failed search
         (a server still loading after a restart, a released collection), not an empty knowledge base."""
         category = query.category_filter
-        outcome = L1Outcome()
+        outcome = L1Outcome(calibration=self.calibration)
         # One RetrievalStart/End pair for the lookup's retrieval, whatever the attempts (none inside a retriever,
         # whose BaseRetriever.retrieve sends its own).
         # The nodes leave the lookup only through the end event: their stage data is written as JSON (once, for
@@ -210,7 +218,7 @@ class AttemptRunner:
                     nodes = postprocessor.postprocess_nodes(nodes, query_bundle=bundle)
                 blocks = build_evidence_blocks(
                     nodes,
-                    evidence_threshold=settings.evidence_threshold,
+                    evidence_threshold=self.calibration.evidence_threshold,
                     max_blocks=settings.max_evidence_blocks,
                     follow_ranking=settings.evidence_follows_ranking,
                 )

@@ -231,3 +231,44 @@ def test_right_doc_in_pack_counts_answerable_cases_only(tmp_path):
     scores.add_pack(b, ["e2.md"])
     scores.add_pack(c, ["x.md"])
     assert scores.summary()["right_doc_in_pack"] == 0.5
+
+
+def test_relevance_calibration_table_and_target(tmp_path):
+    report = copy.deepcopy(REPORT)
+    ours = report["quality"]["runbooks"]["runbooks-alerts-instances"]["lookup_knowledge"]
+    ours["relevance_calibration"] = {
+        "high": {"lookups": 10, "right": 8, "precision": 0.8},
+        "none": {"lookups": 2, "right": 0, "precision": 0.0},
+    }
+    ours["calibration"] = {"source": "measured", "evidenceThreshold": 0.4927, "relevanceHigh": 0.6531}
+    judged = targets(report)["relevance_high_right>=0.9"]
+    assert judged == {"below": {"runbooks/runbooks-alerts-instances": 0.8}, "met": False}
+    write_report({**report, "targets": targets(report)}, tmp_path)
+    md = (tmp_path / "bench.md").read_text(encoding="utf-8")
+    assert "| setting | golden set | high | medium | low | none | found threshold | high from | thresholds from |" in md
+    assert (
+        "| runbooks | runbooks-alerts-instances | 8/10 (0.80) | - | - | 0/2 (0.00) | 0.493 | 0.653 | measured |" in md
+    )
+
+
+def test_calibration_table_counts_levels_and_right_first_documents(tmp_path):
+    import json as _json
+
+    from kb_retrieval.bench.quality import SystemScores, read_cases
+
+    golden = tmp_path / "g.jsonl"
+    rows = [
+        {"case_id": "a", "query": "q", "expected_docs": ["d.md"]},
+        {"case_id": "b", "query": "q", "expected_docs": ["e.md"], "acceptable_docs": ["f.md"]},
+        {"case_id": "c", "query": "q", "expected_docs": []},
+    ]
+    golden.write_text("\n".join(_json.dumps(r) for r in rows), encoding="utf-8")
+    a, b, c = read_cases(golden)
+    scores = SystemScores()
+    scores.add_level(a, "high", "d.md")
+    scores.add_level(b, "high", "x.md")
+    scores.add_level(c, "medium", "x.md")  # an unanswerable case found is wrong
+    assert scores.summary()["relevance_calibration"] == {
+        "high": {"lookups": 2, "right": 1, "precision": 0.5},
+        "medium": {"lookups": 1, "right": 0, "precision": 0.0},
+    }
