@@ -8,12 +8,9 @@ writes every trace row it accepted (the trace store's drain). A request answered
 
 from __future__ import annotations
 
-import gc
-import logging
 import signal
 import socket
 import sys
-from importlib import import_module
 from types import FrameType
 from typing import Any
 
@@ -21,7 +18,9 @@ import uvicorn
 
 from kb_retrieval.config import KBSettings
 from kb_retrieval.service import discovery
+from kb_retrieval.service.serving import configure_access_log, listening_url, make_server, settle_heap
 from kb_retrieval.service.settings import ServeSettings, is_loopback
+from kb_retrieval.service.workers import WorkerStartError, run_workers
 
 
 class ServeError(ValueError):
@@ -65,11 +64,6 @@ def run_server(settings: KBSettings, serve: ServeSettings) -> int:
     check_binding(serve)
     check_address(serve)
     if serve.workers > 1:
-        # Known debt: workers.py uses this module's server helpers, so this is a cycle the import test would
-        # catch as a plain import; until those helpers move to their own module, it is imported by name.
-        workers = import_module("kb_retrieval.service.workers")
-        WorkerStartError, run_workers = workers.WorkerStartError, workers.run_workers
-
         try:
             return run_workers(settings, serve)
         except WorkerStartError as exc:
@@ -100,49 +94,8 @@ def run_server(settings: KBSettings, serve: ServeSettings) -> int:
     return 0
 
 
-def configure_access_log(serve: ServeSettings) -> None:
-    """The structured access log on stderr (one JSON line per request), when ``serve.access_log``."""
-    if not serve.access_log:
-        return
-    access = logging.getLogger("kb_retrieval.access")
-    access.setLevel(logging.INFO)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    access.addHandler(handler)
-    access.propagate = False
-
-
-def make_server(app: Any, serve: ServeSettings) -> uvicorn.Server:
-    """uvicorn over ``app`` with the serve settings (address, graceful shutdown); ``run(sockets=...)`` in a worker."""
-    config = uvicorn.Config(
-        app,
-        host=serve.host,
-        port=serve.port,
-        access_log=False,  # ours is structured and keeps query text out when traces do
-        log_config=None,
-        log_level="warning",
-        lifespan="on",
-        # SIGTERM: the requests in flight get this long, then their connections close (a lookup already
-        # running on the pool still ends and its row is written: the lifespan waits for the pool).
-        timeout_graceful_shutdown=serve.graceful_shutdown_s,
-    )
-    return uvicorn.Server(config)
-
-
-def settle_heap() -> None:
-    """Move what the start-up built (the models, indexes and libraries: some 240k objects on the runbooks corpus) out
-    of the cyclic collector's reach: it lives as long as the process, and each full collection walked all of it, about
-    140 ms once every ~180 lookups on this machine (0.4 ms frozen). Garbage made later is collected as before."""
-    gc.collect()
-    gc.freeze()
-
-
 def _stopped_by_sigterm(signum: int, frame: FrameType | None) -> None:
     print("kb-retrieval serve: stopped by SIGTERM (the requests in flight were answered)", file=sys.stderr, flush=True)
-
-
-#: Where a local client reaches a server listening on every address.
-_LOCAL = {"0.0.0.0": "127.0.0.1", "::": "[::1]"}
 
 
 def _announce(server: uvicorn.Server, serve: ServeSettings, settings: KBSettings) -> None:
@@ -167,10 +120,3 @@ def _announce(server: uvicorn.Server, serve: ServeSettings, settings: KBSettings
             discovery.announce(settings, urls[0], token_required=bool(serve.token.get_secret_value()))
 
     server.startup = startup  # type: ignore[method-assign]
-
-
-def listening_url(sockname: Any) -> tuple[str, str]:
-    """A listening socket's address as ``(the URL a local client uses, the URL as bound)``."""
-    host, port = sockname[:2]
-    shown = f"[{host}]" if ":" in host else host
-    return f"http://{_LOCAL.get(host, shown)}:{port}", f"http://{shown}:{port}"

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from kb_retrieval.config import KBSettings
 from kb_retrieval.service import discovery
+from kb_retrieval.service.serving import configure_access_log, listening_url, make_server, settle_heap
 from kb_retrieval.service.settings import ServeSettings
 
 if TYPE_CHECKING:
@@ -188,8 +189,6 @@ def run_workers(settings: KBSettings, serve: ServeSettings) -> int:
 
 
 def _announce(sock: socket.socket, serve: ServeSettings, settings: KBSettings) -> None:
-    from kb_retrieval.service.server import listening_url
-
     url, shown = listening_url(sock.getsockname())
     print(
         f"kb-retrieval serve: listening on {shown} with {serve.workers} worker processes (collection "
@@ -218,7 +217,6 @@ def worker_main(
     _worker_logging(serve, number)
     from kb_retrieval.engine import KnowledgeLookup
     from kb_retrieval.service.app import create_app
-    from kb_retrieval.service.server import configure_access_log, make_server, settle_heap
     from kb_retrieval.traces import TraceStore
 
     configure_access_log(serve)

@@ -121,7 +121,7 @@ def test_settling_the_heap_freezes_what_start_up_built_and_still_collects_later_
     import gc
     import weakref
 
-    from kb_retrieval.service.server import settle_heap
+    from kb_retrieval.service.serving import settle_heap
 
     class Cycle:
         pass
