@@ -19,15 +19,9 @@ from kb_retrieval.indexing.lite_lock import LITE_LOCK_FILE
 from kb_retrieval.service.discovery import SERVE_FILE, announce, find_server, serve_file, withdraw
 from tests.conftest import REPO
 from tests.service.conftest import REDIS_ALERT, without_timings
-from tests.service.test_client import HEAVY
-from tests.support.kb import offline_env
+from tests.support.cli_probe import cli_env, lookup_in_fresh_process
 
 pytestmark = pytest.mark.timeout(600)
-
-
-def cli_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("KB_SERVER_URL", "KB_SERVER_TOKEN", "KB_STATE_DIR")}
-    return offline_env(env, PYTHONPATH=str(REPO))
 
 
 def test_lookup_on_a_held_state_dir_goes_through_its_server(state_copy, tmp_path: Path) -> None:
@@ -39,17 +33,7 @@ def test_lookup_on_a_held_state_dir_goes_through_its_server(state_copy, tmp_path
         assert not (state / SERVE_FILE).stat().st_mode & 0o077
         # No --server, no KB_SERVER_URL: the dir is held (a lookup in this process could not open it), and the
         # probe shows no pipeline was loaded, so the answer came from the server.
-        probe = (
-            "import sys\n"
-            "from kb_retrieval.cli import main\n"
-            f"code = main(['lookup', '--state-dir', {str(state)!r}, '--json', {REDIS_ALERT!r}])\n"
-            f"heavy = sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r}))\n"
-            "print('HEAVY', code, heavy, file=sys.stderr)\n"
-        )
-        run = subprocess.run(
-            [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=REPO, env=cli_env()
-        )
-        assert "HEAVY 0 []" in run.stderr, run.stderr
+        run = lookup_in_fresh_process(["--state-dir", str(state), "--json", REDIS_ALERT])
         direct = subprocess.run(
             [sys.executable, "-m", "kb_retrieval.cli", "lookup", "--server", server.url, "--json", REDIS_ALERT],
             capture_output=True,

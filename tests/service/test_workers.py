@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,10 +19,8 @@ from kb_retrieval.config import Settings
 from kb_retrieval.indexing.lite_lock import lite_lock_holder
 from kb_retrieval.service.discovery import SERVE_FILE
 from kb_retrieval.traces import TraceStore
-from tests.conftest import REPO
 from tests.service.conftest import CONNECTIONS, REDIS_ALERT
-from tests.service.test_client import HEAVY
-from tests.service.test_discovery import cli_env
+from tests.support.cli_probe import lookup_in_fresh_process
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -76,17 +72,7 @@ def test_two_worker_processes_answer_lookups_and_share_one_trace_store(state_cop
         assert all(w.cpu_times().user > busy[w.pid] for w in workers)
 
         # `kb-retrieval lookup` with no flag finds the server (no pipeline loaded in that process).
-        probe = (
-            "import sys\n"
-            "from kb_retrieval.cli import main\n"
-            f"code = main(['lookup', '--state-dir', {str(state)!r}, '--json', {REDIS_ALERT!r}])\n"
-            f"heavy = sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r}))\n"
-            "print('HEAVY', code, heavy, file=sys.stderr)\n"
-        )
-        run = subprocess.run(
-            [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=REPO, env=cli_env()
-        )
-        assert "HEAVY 0 []" in run.stderr, run.stderr
+        run = lookup_in_fresh_process(["--state-dir", str(state), "--json", REDIS_ALERT])
         assert json.loads(run.stdout)["evidenceBlocks"][0]["source"] == "redis/memory-usage-high.md"
 
         # A worker killed outright is started again; the server answers meanwhile and after.
