@@ -336,7 +336,7 @@ def test_console_script_first_ingest_is_quiet_and_head_ends_it_cleanly(kb, tmp_p
 
 
 def test_log_lines_are_masked():
-    from kb_retrieval.cli import _MaskingFormatter
+    from kb_retrieval.log_format import _MaskingFormatter
 
     record = logging.LogRecord(
         "x", logging.ERROR, __file__, 1, "cannot reach %s", ("http://root:PW-77@db:19530",), None

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from kb_retrieval import cli
-from kb_retrieval.cli import _MaskingFormatter, build_parser, main
+from kb_retrieval.cli import build_parser, main
+from kb_retrieval.cli import lookup as lookup_command
 from kb_retrieval.indexing import onnx_query
 from kb_retrieval.indexing.milvus import lite_locked_message
+from kb_retrieval.log_format import _MaskingFormatter
 
 pytestmark = pytest.mark.unit
 
@@ -40,11 +41,11 @@ def test_the_held_dir_error_names_the_servers_way_in():
 def test_a_query_from_stdin_is_stripped(tmp_path, monkeypatch):
     seen: list[str] = []
 
-    def through_server(url: str, cases: list[cli.QueryCase], args: argparse.Namespace) -> int:
+    def through_server(url: str, cases: list[lookup_command.QueryCase], args: argparse.Namespace) -> int:
         seen.extend(case.query for case in cases)
         return 0
 
-    monkeypatch.setattr(cli, "_lookup_through_server", through_server)
+    monkeypatch.setattr(lookup_command, "_lookup_through_server", through_server)
     monkeypatch.setattr("sys.stdin", io.StringIO("disk full on host-1\n\n"))
     assert main(["lookup", "-", "--server", "http://127.0.0.1:9", "--state-dir", str(tmp_path / "s")]) == 0
     assert seen == ["disk full on host-1"]

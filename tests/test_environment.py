@@ -50,6 +50,6 @@ def test_building_and_using_a_lookup_leaves_the_environment_unchanged(tmp_path):
 
 
 def test_the_cli_sets_what_it_needs_for_itself():
-    from kb_retrieval.cli import CLI_ENVIRONMENT
+    from kb_retrieval.cli.run import CLI_ENVIRONMENT
 
     assert set(CLI_ENVIRONMENT) == set(MODEL_VARIABLES)

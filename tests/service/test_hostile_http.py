@@ -205,7 +205,8 @@ def test_terminal_controls_in_a_file_name_are_shown_escaped(in_process):
 
 @pytest.mark.unit
 def test_a_port_in_use_is_exit_3_in_one_line_before_anything_loads(tmp_path, capsys, monkeypatch):
-    from kb_retrieval.cli import EXIT_ADDRESS_IN_USE, main
+    from kb_retrieval.cli import main
+    from kb_retrieval.cli.serve import EXIT_ADDRESS_IN_USE
 
     monkeypatch.delenv("KB_SERVER_TOKEN", raising=False)
     with socket.socket() as holder:
