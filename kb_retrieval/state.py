@@ -38,12 +38,12 @@ from kb_retrieval.indexing.l0_index import L0Index
 from kb_retrieval.indexing.milvus import iter_rows
 from kb_retrieval.indexing.snapshot import SnapshotParts, load_snapshot, snapshot_key, write_snapshot
 from kb_retrieval.models import LexicalMode
+from kb_retrieval.retrieval.bm25 import LexicalIndex, lexical_document
 from kb_retrieval.retrieval.calibration import Background, background_of
 from kb_retrieval.retrieval.deadline import Deadline
 from kb_retrieval.retrieval.exact import ExactIdentifierIndex, named_terms
 from kb_retrieval.retrieval.l0_hints import L0HintProvider
 from kb_retrieval.retrieval.l1.memory import MemoryMirror, MirrorTooLargeError
-from kb_retrieval.retrieval.lexical import LexicalIndex, lexical_document
 from kb_retrieval.retrieval.rank_fit import RankFit, load_fit
 
 log = logging.getLogger(__name__)

@@ -439,7 +439,7 @@ FILLER_WORDS = 120
 
 def _filler_row(settings: Settings, number: int, vector: np.ndarray, text: str, full_text: bool) -> dict[str, Any]:
     """A synthetic chunk: a random unit vector and text of the corpus' words, analysed for BM25 as ingest does."""
-    from kb_retrieval.retrieval.lexical import analysed_text, lexical_document
+    from kb_retrieval.retrieval.bm25 import analysed_text, lexical_document
 
     row = {
         settings.id_field: f"filler-{number}",

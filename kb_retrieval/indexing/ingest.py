@@ -67,7 +67,7 @@ from kb_retrieval.knowledge.loader import (
 )
 from kb_retrieval.knowledge.text import cut_to_bytes
 from kb_retrieval.progress import progress_bar
-from kb_retrieval.retrieval.lexical import analysed_text, lexical_document
+from kb_retrieval.retrieval.bm25 import analysed_text, lexical_document
 
 log = logging.getLogger(__name__)
 #: Model batches embedded per window: texts are sorted by length inside a window, which is then written at once.

@@ -54,6 +54,8 @@ _SUFFIX = ".snapshot"
 _PART_MODULES = (
     "kb_retrieval.indexing.snapshot",
     "kb_retrieval.retrieval.l1.memory",
+    "kb_retrieval.retrieval.bm25.analysis",
+    "kb_retrieval.retrieval.bm25.postings",
     "kb_retrieval.retrieval.exact",
 )
 
@@ -61,7 +63,7 @@ _PART_MODULES = (
 _ALLOWED = {
     ("kb_retrieval.indexing.snapshot", "SnapshotParts"),
     ("kb_retrieval.retrieval.l1.memory", "MemoryMirror"),
-    ("kb_retrieval.retrieval.l1.memory", "Bm25Postings"),
+    ("kb_retrieval.retrieval.bm25.postings", "Bm25Postings"),
     ("kb_retrieval.retrieval.exact", "ExactIdentifierIndex"),
     ("numpy", "dtype"),
     ("numpy", "ndarray"),

@@ -33,8 +33,8 @@ from functools import cached_property
 
 import numpy as np
 
+from kb_retrieval.retrieval.bm25 import stem
 from kb_retrieval.retrieval.l0_hints import STOPWORDS
-from kb_retrieval.retrieval.lexical import stem
 from kb_retrieval.retrieval.templates import PLACEHOLDER
 
 # A token: word characters with inner . _ - : / * allowed (kube_pod_status_ready, v1beta1.metrics.k8s.io, --flag).

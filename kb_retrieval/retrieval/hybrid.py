@@ -9,7 +9,7 @@ Two modes (``lexical_mode``, chosen when connecting, named in ``stats`` and in e
   similarity (each computed from the hit's vector: the dense search's own score); the lexical ones are Milvus' BM25
   hits. No BM25 index is built at start-up, and another process's ingest is searched as soon as Milvus has it.
 - ``in_process_bm25`` (engines or collections without full-text search, e.g. the Milvus 2.3 server): BM25 in memory
-  (:class:`~kb_retrieval.retrieval.lexical.LexicalIndex`), then the dense search and a read by key of the lexical and
+  (:class:`~kb_retrieval.retrieval.bm25.LexicalIndex`), then the dense search and a read by key of the lexical and
   exact-identifier hits with their vectors, for their dense similarity, sent together (one round trip, two
   requests); of the chunks read those the dense search missed are added. Their rows and vectors are kept
   (:class:`~kb_retrieval.retrieval.l1.retriever.KeptChunks`, per index version): a chunk read once is scored here
@@ -51,12 +51,12 @@ from kb_retrieval.config import Settings
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.indexing.milvus import full_text_off
 from kb_retrieval.models import LexicalMode, QueryTransform
+from kb_retrieval.retrieval.bm25 import LexicalIndex
 from kb_retrieval.retrieval.deadline import Deadline
 from kb_retrieval.retrieval.exact import ExactIdentifierIndex
 from kb_retrieval.retrieval.l1.base import supports_hybrid
 from kb_retrieval.retrieval.l1.plans import HybridSearch, L1Plan, PlanQuery, build_plans
 from kb_retrieval.retrieval.l1.retriever import KeptChunks, L1Retriever
-from kb_retrieval.retrieval.lexical import LexicalIndex
 from kb_retrieval.retrieval.timing import StageClock
 
 log = logging.getLogger(__name__)

@@ -231,7 +231,7 @@ def test_a_lookup_makes_one_round_trip_per_attempt(in_process):
 
 
 def test_no_bm25_or_identifier_chunks_means_one_search(in_process, embed_model):
-    from kb_retrieval.retrieval.lexical import LexicalIndex
+    from kb_retrieval.retrieval.bm25 import LexicalIndex
 
     texts = [(c, f"{c} text", "") for c in ("a", "b")]  # BM25 finds nothing for the query
     hybrid = HybridRetriever(in_process.dense, LexicalIndex.build(texts), in_process.settings, exact=in_process.exact)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kb_retrieval.retrieval.lexical import top_k
+from kb_retrieval.retrieval.bm25 import top_k
 
 
 @pytest.mark.parametrize("seed", range(40))

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from kb_retrieval.models import L0Hints, QueryTransform
+from kb_retrieval.retrieval.bm25 import LexicalIndex, with_identifier_parts
 from kb_retrieval.retrieval.dedupe import SourceDeduplicator
 from kb_retrieval.retrieval.evidence import build_evidence_blocks
 from kb_retrieval.retrieval.filters import in_expr
 from kb_retrieval.retrieval.hybrid import LookupQuery
-from kb_retrieval.retrieval.lexical import LexicalIndex, with_identifier_parts
 from kb_retrieval.retrieval.rerank import RuleReranker
 from kb_retrieval.retrieval.stage import candidate_node, stage_of
 from tests.support.candidates import cand
@@ -107,7 +107,7 @@ def test_title_terms_boost_ranks_but_does_not_make_evidence():
 
 
 def test_bm25_header_is_the_one_the_embedding_sees():
-    from kb_retrieval.retrieval.lexical import lexical_header
+    from kb_retrieval.retrieval.bm25 import lexical_header
 
     # A runbook whose breadcrumb starts at its H1: the frontmatter title's words lead, as in the embedded text.
     assert lexical_header("Kube Persistent Volume Filling Up", "KubePersistentVolumeFillingUp > Diagnosis") == (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kb_retrieval.retrieval.lexical import LexicalIndex
+from kb_retrieval.retrieval.bm25 import LexicalIndex
 
 pytestmark = pytest.mark.unit
 

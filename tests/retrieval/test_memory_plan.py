@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from kb_retrieval.config import Settings
+from kb_retrieval.retrieval.bm25 import Bm25Postings, analyse
 from kb_retrieval.retrieval.l1.base import to_candidate
-from kb_retrieval.retrieval.l1.memory import Bm25Postings, MemoryMirror, analyse, choose_plan
+from kb_retrieval.retrieval.l1.memory import MemoryMirror, choose_plan
 from tests.conftest import SAMPLE_KB, SHARED
 from tests.indexing.test_lite_processes import _cli, lite_server  # noqa: F401 (a fixture)
 

@@ -11,8 +11,8 @@ from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.indexing.ingest import ingest
 from kb_retrieval.indexing.milvus import engine_has_full_text, full_text_off
+from kb_retrieval.retrieval.bm25 import analysed_text
 from kb_retrieval.retrieval.l1.full_text import dense_score
-from kb_retrieval.retrieval.lexical import analysed_text
 from tests.conftest import SAMPLE_KB, SHARED
 
 QUERY = "MySQL replica is many seconds behind the primary"
@@ -114,8 +114,8 @@ def test_exact_identifier_chunks_come_in_the_same_call(bm25_lookup, embed_model)
 def test_in_process_mode_makes_a_second_call_only_for_lexical_or_identifier_candidates(bm25_lookup, embed_model):
     """The fallback on the same collection: a dense search, and, when BM25 or an exact identifier brings chunks, a
     read of them by key beside it (both named in the trace; tests/retrieval/test_hybrid_in_process.py)."""
+    from kb_retrieval.retrieval.bm25 import LexicalIndex
     from kb_retrieval.retrieval.hybrid import HybridRetriever
-    from kb_retrieval.retrieval.lexical import LexicalIndex
 
     texts = [(c, f"{c} text", "") for c in ("a", "b")]
     fallback = HybridRetriever(
@@ -241,7 +241,7 @@ def test_analysed_text_is_the_bm25s_tokenizers_analysis():
     the public corpora is analysed as the bm25s tokenizer that in-process BM25 uses analyses it, with its stopwords."""
     from bm25s.stopwords import STOPWORDS_EN as BM25S_STOPWORDS
 
-    from kb_retrieval.retrieval.lexical import STOPWORDS_EN, _tokenizer, with_identifier_parts
+    from kb_retrieval.retrieval.bm25.analysis import STOPWORDS_EN, bm25s_tokenizer, with_identifier_parts
 
     assert frozenset(BM25S_STOPWORDS) == STOPWORDS_EN
     roots = [SAMPLE_KB, *(SHARED / "corpora" / name for name in ("runbooks", "prometheus-docs"))]
@@ -249,7 +249,7 @@ def test_analysed_text_is_the_bm25s_tokenizers_analysis():
     texts += ["", "the and of", "ÜBER Größe naïve café", "KubePodCrashLooping: the pods are restarting", "a_b x9 __"]
     assert len(texts) > 200
     for text in texts:
-        tokens = _tokenizer().tokenize(
+        tokens = bm25s_tokenizer().tokenize(
             [with_identifier_parts(text)], update_vocab=True, return_as="string", show_progress=False
         )
         assert analysed_text(text) == " ".join(t for t in tokens[0] if t), text[:80]

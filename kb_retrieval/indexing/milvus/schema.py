@@ -56,7 +56,7 @@ def build_schema(settings: Settings, *, full_text: bool = False, lite: bool = Fa
     schema.add_field(settings.category_field, DataType.VARCHAR, max_length=VARCHAR_LIMITS["category"])
     schema.add_field(settings.source_field, DataType.VARCHAR, max_length=VARCHAR_LIMITS["source"])
     if full_text:
-        # The text arrives analysed (kb_retrieval.retrieval.lexical.analysed_text); the standard analyser keeps it.
+        # The text arrives analysed (kb_retrieval.retrieval.bm25.analysed_text); the standard analyser keeps it.
         schema.add_field(
             settings.lexical_text_field,
             DataType.VARCHAR,

@@ -90,12 +90,18 @@ class FetchPath(VectorPath, Protocol):
         ...
 
 
-def supports_hybrid(path: object) -> bool:
-    """True when ``path`` (and, for a path over two paths, ``auto``, both of them) can serve a hybrid search."""
+def supports(path: object, feature: type) -> bool:
+    """True when ``path`` (and, for a path over two paths, ``auto``, both of them) has ``feature`` (one of the
+    feature protocols above)."""
     inner = path.paths() if isinstance(path, TwoPaths) else ()
     if inner:
-        return all(supports_hybrid(p) for p in inner)
-    return isinstance(path, HybridPath)
+        return all(supports(p, feature) for p in inner)
+    return isinstance(path, feature)
+
+
+def supports_hybrid(path: object) -> bool:
+    """True when ``path`` (and, for a path over two paths, ``auto``, both of them) can serve a hybrid search."""
+    return supports(path, HybridPath)
 
 
 @runtime_checkable

@@ -69,7 +69,7 @@ def milvus_hybrid_search(
     client: MilvusClient, settings: Settings, request: HybridRequest, timeout: float | None, path: PathName
 ) -> L1Search:
     """One ``hybrid_search`` for ``request`` (:class:`~kb_retrieval.retrieval.l1.base.HybridRequest`; its ``terms`` an
-    analysed query, :func:`kb_retrieval.retrieval.lexical.analysed_text`).
+    analysed query, :func:`kb_retrieval.retrieval.bm25.analysed_text`).
 
     Returns every hit of any request as a candidate with its dense score, and ``bm25`` with the raw BM25 score of
     each BM25 hit. Candidates come in Milvus' order (BM25 hits first); the caller orders them.

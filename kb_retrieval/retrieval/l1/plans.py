@@ -28,10 +28,10 @@ from llama_index.core.schema import NodeWithScore
 
 from kb_retrieval.config import Settings
 from kb_retrieval.models import Candidate, LexicalMode
+from kb_retrieval.retrieval.bm25 import LexicalHit, LexicalIndex, analysed_text, relative_to_best
 from kb_retrieval.retrieval.deadline import DENSE_BESIDE, Deadline
 from kb_retrieval.retrieval.l1.base import L1Search, one_version_per_source
 from kb_retrieval.retrieval.l1.retriever import KeptChunks, L1Retriever
-from kb_retrieval.retrieval.lexical import LexicalHit, LexicalIndex, analysed_text, relative_to_best
 from kb_retrieval.retrieval.stage import candidate_node
 from kb_retrieval.retrieval.timing import StageClock
 
@@ -95,7 +95,7 @@ class L1Plan(Protocol):
 
 
 class InProcessBm25:
-    """BM25 in this process (:class:`~kb_retrieval.retrieval.lexical.LexicalIndex`): its hits, under the category."""
+    """BM25 in this process (:class:`~kb_retrieval.retrieval.bm25.LexicalIndex`): its hits, under the category."""
 
     def __init__(self, index: LexicalIndex, settings: Settings) -> None:
         self.index = index

@@ -34,6 +34,7 @@ from kb_retrieval.retrieval.l1.base import (
     VectorPath,
     one_version_per_source,
     rescored,
+    supports,
     supports_hybrid,
 )
 from kb_retrieval.retrieval.l1.full_text import dense_scores
@@ -70,7 +71,7 @@ class PathFeatures:
         """The features of ``path``."""
         return cls(
             ids_only=path if isinstance(path, IdSearchPath) else None,
-            fetch=path if isinstance(path, FetchPath) else None,
+            fetch=path if isinstance(path, FetchPath) and supports(path, FetchPath) else None,
             hybrid=path if isinstance(path, HybridPath) and supports_hybrid(path) else None,
         )
 
