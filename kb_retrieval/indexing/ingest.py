@@ -119,6 +119,7 @@ class _DocPlan:
 @dataclass
 class _Existing:
     kb: str
+    doc_hash: str = ""
     ids: set[str] = field(default_factory=set)
 
 
@@ -198,14 +199,6 @@ def _apply(
     started: float,
 ) -> IngestSummary:
     """Write ``kbs`` (each root's documents; a complete root's others removed) and publish the index version."""
-    _refuse_duplicate_sources(kbs)
-    skipped = [s for kb in kbs for s in kb.skipped]  # each already warned about by the loader
-    for kb in kbs:
-        kb.documents, too_long = _fit_limits(kb.documents)
-        for entry in too_long:
-            log.warning("skipped %s: %s", entry.source_id, entry.reason)
-        skipped.extend(too_long)
-
     client = connect(settings)
     ensure_collection(client, settings)
     # The companions exist before any chunk is written: a collection with chunks always has its L0 index.
@@ -214,6 +207,14 @@ def _apply(
     ensure_meta_collection(client, settings)
     existing = _existing_rows(client, settings)
     _refuse_nested_roots(kbs, {entry.kb for entry in existing.values()}, settings)
+    _name_shared_sources(kbs, existing, settings)
+
+    skipped = [s for kb in kbs for s in kb.skipped]  # each already warned about by the loader
+    for kb in kbs:
+        kb.documents, too_long = _fit_limits(kb.documents)
+        for entry in too_long:
+            log.warning("skipped %s: %s", entry.source_id, entry.reason)
+        skipped.extend(too_long)
     plans, removed = _plan(kbs, existing, settings)
 
     summary = IngestSummary(
@@ -292,15 +293,48 @@ def _record(
     record_ingest(client, settings, embed_model=model_name, roots=roots, metadata_keys=keys)
 
 
-def _refuse_duplicate_sources(kbs: list[LoadedKnowledgeBase]) -> None:
-    owner: dict[str, str] = {}
+def _name_shared_sources(kbs: list[LoadedKnowledgeBase], existing: dict[str, _Existing], settings: Settings) -> None:
+    """Give a source id to every document when two roots hold the same relative path.
+
+    Different documents at one relative path (each corpus's ``SOURCE.txt``, each docs tree's ``index.md``) are both
+    kept: the root that holds the path first (in the collection, else first given) keeps the plain path, a later
+    root's document is qualified by its root's folder name (``awesome-alerts/SOURCE.txt``), and keeps that id on
+    every later ingest. So a root ingested alone never changes ids, and adding a root never renames another's.
+    The same document under two roots (same path, same content) is refused: it would answer twice.
+    """
+    owner = {source: (entry.kb, entry.doc_hash) for source, entry in existing.items()}
     for kb in kbs:
+        label = kb.name.split(":", 1)[-1] if kb.name else Path(kb.kb_id).name
+        own = {doc.source_id for doc in kb.documents}
+        qualified: list[str] = []
         for doc in kb.documents:
-            if doc.source_id in owner and owner[doc.source_id] != kb.kb_id:
+            plain, named = doc.source_id, f"{label}/{doc.source_id}"
+            holder, holder_hash = owner.get(plain, (kb.kb_id, ""))
+            named_holder = owner.get(named, ("", ""))[0]
+            kept_before = named not in own and named_holder == kb.kb_id
+            if holder != kb.kb_id and holder_hash == doc.content_hash:
+                where = f"already in collection '{settings.collection}'" if plain in existing else "given too"
                 raise KnowledgeBaseError(
-                    f"source id '{doc.source_id}' comes from two roots: {owner[doc.source_id]} and {kb.kb_id}"
+                    f"source id '{plain}' from {kb.kb_id} is the same document as {holder}'s ({where}): it would "
+                    "answer twice; ingest it under one root only"
                 )
-            owner[doc.source_id] = kb.kb_id
+            if holder != kb.kb_id or kept_before:
+                if named in own or named_holder not in ("", kb.kb_id):
+                    raise KnowledgeBaseError(
+                        f"source id '{plain}' is under two roots ({holder} and {kb.kb_id}) and '{named}' is taken "
+                        f"by {kb.kb_id if named in own else named_holder}: rename one of the files or folders"
+                    )
+                doc.source_id = named
+                qualified.append(named)
+            owner[doc.source_id] = (kb.kb_id, doc.content_hash)
+        if qualified:
+            log.warning(
+                "%d document(s) of %s share their relative path with another root's: source ids prefixed '%s/' (%s)",
+                len(qualified),
+                kb.kb_id,
+                label,
+                ", ".join(qualified[:3]) + (", ..." if len(qualified) > 3 else ""),
+            )
 
 
 def _refuse_nested_roots(kbs: list[LoadedKnowledgeBase], existing: set[str], settings: Settings) -> None:
@@ -341,7 +375,9 @@ def _existing_rows(client: Any, settings: Settings) -> dict[str, _Existing]:
     fields = [settings.id_field, settings.source_field, settings.metadata_field]
     for row in iter_rows(client, settings, fields):
         meta = row.get(settings.metadata_field) or {}
-        entry = existing.setdefault(row[settings.source_field], _Existing(kb=str(meta.get("kb", ""))))
+        entry = existing.setdefault(
+            row[settings.source_field], _Existing(kb=str(meta.get("kb", "")), doc_hash=str(meta.get("doc_hash", "")))
+        )
         entry.ids.add(row[settings.id_field])
     return existing
 

@@ -113,6 +113,39 @@ def test_same_source_from_two_folders_is_an_error(tmp_path, settings, embed_mode
         ingest([b], settings, embed_model=embed_model)
 
 
+def test_different_documents_at_one_path_under_two_roots_both_kept(tmp_path, settings, embed_model, caplog):
+    # Each corpus's own SOURCE.txt (or each docs tree's index.md): two documents, one relative path.
+    a = write_kb(tmp_path / "a", {"redis/memory.md": DOC_A, "SOURCE.txt": "Copied from the redis runbooks repository."})
+    b = write_kb(tmp_path / "b", {"mysql/lag.md": DOC_B, "SOURCE.txt": "Derived from the MySQL alert rules."})
+    first = ingest([a, b], settings, embed_model=embed_model)
+    assert first.documents_added == 4
+    sources = {r["source"]: r["metadata"]["kb"] for r in rows(settings).values()}
+    # The first root keeps plain paths (a root ingested alone never changes ids); the other's is qualified.
+    assert set(sources) == {"redis/memory.md", "SOURCE.txt", "mysql/lag.md", "b/SOURCE.txt"}
+    assert sources["SOURCE.txt"] == a.resolve().as_posix()
+    assert sources["b/SOURCE.txt"] == b.resolve().as_posix()
+    assert "source ids prefixed 'b/' (b/SOURCE.txt)" in caplog.text
+    assert set(L0Index.load(settings.l0_index_path()).documents) == set(sources)
+    # Stable: each root again, alone or together, in any order, touches nothing.
+    for again in ([b], [a], [b, a]):
+        summary = ingest(again, settings, embed_model=embed_model)
+        assert (summary.documents_added, summary.documents_updated, summary.chunks_removed) == (0, 0, 0), again
+    assert {r["source"] for r in rows(settings).values()} == set(sources)
+    # An edit of the qualified document updates it in place.
+    (b / "SOURCE.txt").write_text("Derived from the MySQL alert rules, 2026 edition.", encoding="utf-8")
+    summary = ingest([b], settings, embed_model=embed_model)
+    assert summary.documents_updated == 1
+    assert {r["source"] for r in rows(settings).values()} == set(sources)
+
+
+def test_shared_path_whose_qualified_id_is_taken_is_an_error(tmp_path, settings, embed_model):
+    a = write_kb(tmp_path / "a", {"index.md": DOC_A})
+    b = write_kb(tmp_path / "b", {"index.md": DOC_B, "b/index.md": DOC_B.replace("lag", "delay")})
+    with pytest.raises(KnowledgeBaseError, match=r"'index\.md' is under two roots .* 'b/index\.md' is taken"):
+        ingest([a, b], settings, embed_model=embed_model)
+    assert not settings.l0_index_path().exists()  # nothing written
+
+
 def test_bad_files_are_skipped_and_counted(tmp_path, settings, embed_model):
     kb = write_kb(
         tmp_path / "kb",
