@@ -197,9 +197,9 @@ class ScoringSettings(BaseModel):
     fit_ranking: bool = Field(
         default=True,
         description="Let each knowledge base choose, when an index version is first opened, the best section's "
-        "weight (rank_chunk) and a factor on the identity weights (rank_title, rank_summary, rank_static_*) on "
-        "questions made from its own sections (kb_retrieval.retrieval.rank_fit); off, or with too few sections, the "
-        "rank_* weights as set.",
+        "weight (rank_chunk), its BM25's weight (rank_lexical) and a factor on the identity weights (rank_title, "
+        "rank_summary, rank_static_*) on questions made from its own sections (kb_retrieval.retrieval.rank_fit); "
+        "off, or with too few sections, the rank_* weights as set.",
     )
     fit_queries: int = Field(
         default=200, ge=0, le=2000, description="Pseudo-queries the ranking fit asks at most (0: no fit)."

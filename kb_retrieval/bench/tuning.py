@@ -6,8 +6,8 @@ For each corpus setting (the runbooks with their six sets; the Prometheus docume
 - ``configured``: the ``rank_*`` weights as set (``fit_ranking`` off), through the whole lookup;
 - ``kb-fit``: the mixture the knowledge base chose on its own pseudo-queries (:mod:`kb_retrieval.retrieval.rank_fit`;
   no golden case is read to choose it), through the whole lookup;
-- ``golden-cv``: the same two numbers (section weight, identity factor) chosen on the golden sets of every corpus at
-  once, 5 folds by query (each case scored by a choice made without it);
+- ``golden-cv``: the same three numbers (section weight, identity factor, lexical weight) chosen on the golden sets
+  of every corpus at once, 5 folds by query (each case scored by a choice made without it);
 - ``golden-loco``: chosen on the other corpus's golden sets, scoring the held-out corpus;
 - ``rrf``: weight-free, reciprocal-rank fusion of the configured document ranking with retrieval's own order (the
   chunk-level hybrid ranking after the rule reranker).
@@ -34,7 +34,7 @@ from typing import Any
 
 from kb_retrieval.bench.quality import SETTINGS, Case, Setting, SystemScores, read_cases
 from kb_retrieval.config import Settings
-from kb_retrieval.retrieval.rank_fit import FOLDS, IDENTITY_SCALES, SECTION_WEIGHTS, PseudoCase, mixture, order
+from kb_retrieval.retrieval.rank_fit import FOLDS, Point, PseudoCase, grid, mixture, order
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 REPLAYED = ("golden-cv", "golden-loco", "rrf")
@@ -101,12 +101,12 @@ def _hits_at_1(pool: list[tuple[Case, PseudoCase | None]], weights: dict[str, fl
     )
 
 
-def choose_on_golden(pool: list[tuple[Case, PseudoCase | None]], configured: dict[str, float]) -> tuple[float, float]:
-    """The (section weight, identity factor) of the grid with the most hits@1 on ``pool`` (ties: the configured
-    mixture, then the grid's order)."""
-    here = (configured.get("chunk", 0.0), 1.0)
-    best, best_hits = here, _hits_at_1(pool, configured)
-    for point in ((c, s) for c in SECTION_WEIGHTS for s in IDENTITY_SCALES):
+def choose_on_golden(pool: list[tuple[Case, PseudoCase | None]], configured: dict[str, float]) -> Point:
+    """The (section weight, identity factor, lexical weight) of the fit's grid with the most hits@1 on ``pool``
+    (ties: the configured mixture, then the grid's order)."""
+    points = grid(configured)
+    best, best_hits = points[0], _hits_at_1(pool, configured)
+    for point in points[1:]:
         hits = _hits_at_1(pool, mixture(configured, *point))
         if hits > best_hits:
             best, best_hits = point, hits
@@ -132,6 +132,7 @@ def run(shared: Path, state_root: Path, names: Sequence[str]) -> dict[str, Any]:
             "describe": fit.describe() if fit else None,
             "section_weight": fit.section_weight if fit else None,
             "identity_scale": fit.identity_scale if fit else None,
+            "lexical_weight": fit.weights.get("lexical") if fit else None,
             "cv_mrr_configured": fit.cv_mrr_configured if fit else None,
             "cv_mrr_fitted": fit.cv_mrr_fitted if fit else None,
             "open_s": round(time.perf_counter() - started, 1),
@@ -156,7 +157,7 @@ def run(shared: Path, state_root: Path, names: Sequence[str]) -> dict[str, Any]:
         for cases, caps in by_set.values()
         for c, p in zip(cases, caps, strict=True)
     ]
-    folds: dict[int, tuple[float, float]] = {}
+    folds: dict[int, Point] = {}
     for fold in range(FOLDS):
         folds[fold] = choose_on_golden([x for i, x in enumerate(pool) if i % FOLDS != fold], configured)
     report["golden_cv_choices"] = [list(folds[f]) for f in range(FOLDS)]
@@ -228,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     for name, fit in report["fits"].items():
         print(f"- {name}: {fit['describe']}")
-    print(f"- golden-cv choices (section, identity) per fold: {report['golden_cv_choices']}")
+    print(f"- golden-cv choices (section, identity, lexical) per fold: {report['golden_cv_choices']}")
     print(f"- golden-loco choices: {report['golden_loco_choices']}")
     return 0
 

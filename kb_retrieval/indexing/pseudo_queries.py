@@ -1,14 +1,19 @@
-"""Questions a knowledge base asks of itself: one pseudo-query per section, its answer the section's own document.
+"""Questions a knowledge base asks of itself, made from its own sections: one module, two forms.
 
-A section's heading and its first sentence say what the section is about, in the documents' own words; asked as a
-query, the right answer is the document the section belongs to. Such pseudo-queries teach the document ranking how
-to weigh a document's identity (its title, summary and text vectors) against its best section, on the knowledge base
-at hand (:mod:`kb_retrieval.retrieval.rank_fit`), with no golden set.
+A section's heading and its first sentence say what the section is about, in the documents' own words. Two stages
+ask such questions, and each needs its own form:
 
-A query made of a section's text matches that section verbatim, which no real question does. So the sentence's words
-that the heading or the document's title hold are left out of it, and the heading is not asked (``with_heading``
-puts it back, to measure the difference): what is left is the section's claim in the document's own vocabulary,
-without the words that would name the document.
+- **The ranking fit** (:func:`pseudo_queries`, :func:`query_text`; used by :mod:`kb_retrieval.indexing.rank_teach`):
+  the answer is the section's own document. A query made of a section's text matches that section verbatim, which
+  no real question does, so the sentence's words that the heading or the document's title hold are left out, and
+  the heading is not asked (``with_heading`` puts it back, to measure the difference): what is left is the
+  section's claim in the document's own vocabulary, without the words that would name the document. Such
+  pseudo-queries teach the document ranking how to weigh a document's identity against its best section
+  (:mod:`kb_retrieval.retrieval.rank_fit`), with no golden set.
+- **The calibration** (:func:`heading_query`; used by :mod:`kb_retrieval.retrieval.calibration`): the question is
+  searched *outside* its own document, to measure what a question in the knowledge base's vocabulary reaches in a
+  document that does not answer it; there the heading is the topic and is asked ("Retention: Prometheus keeps 15
+  days by default.").
 
 Sections are taken in a fixed order (a hash of the document and heading), so the same knowledge base always gives
 the same queries.
@@ -18,6 +23,8 @@ Example:
     >>> rows = [SectionRow("c1", "a.md", "Disk full", crumb, 0, "Delete old snapshots first. Then")]
     >>> [(q.source, q.text) for q in pseudo_queries(rows)]
     [('a.md', 'Delete old snapshots first.')]
+    >>> heading_query("Disk full > Mitigation", "Delete **old** snapshots first. Then")
+    'Mitigation: Delete old snapshots first.'
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ import hashlib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from kb_retrieval.knowledge.chunker import BREADCRUMB_SEPARATOR
 
 #: Words a pseudo-query keeps at least (fewer: the section is skipped; a bare list item or a code line says little).
 MIN_WORDS = 4
@@ -37,6 +46,11 @@ _CODE_FENCE = re.compile(r"```.*?(```|$)", re.S)
 _LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)|\[([^\]]*)\]\[[^\]]*\]")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n\s*\n")
 _MARKUP = re.compile(r"[`*_#>|<]+|^\s*[-+]\s+", re.M)
+#: The calibration form's markup and sentence end (a colon ends its sentence too).
+_HEADING_QUERY_MARKUP = re.compile(r"[#`*|>_\[\]]+|\s+-\s+|^\s*-\s+", re.MULTILINE)
+_HEADING_QUERY_END = re.compile(r"(?<=[.!?:])\s")
+#: Characters of the first sentence the calibration form keeps at most.
+HEADING_QUERY_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -88,6 +102,20 @@ def query_text(row: SectionRow, *, with_heading: bool = False) -> str:
         return ""
     text = " ".join(kept[:MAX_WORDS])
     return f"{heading} {text}" if with_heading and heading else text
+
+
+def heading_query(breadcrumb: str, content: str) -> str:
+    """The calibration form: a section's heading (the breadcrumb's last part), a colon, and the first sentence of its
+    content without Markdown markup (cut at :data:`HEADING_QUERY_CHARS`); the sentence alone without a heading.
+
+    Example:
+        >>> heading_query("Guide > Retention", "Prometheus keeps **15 days** by default. Change it with a flag.")
+        'Retention: Prometheus keeps 15 days by default.'
+    """
+    heading = breadcrumb.split(BREADCRUMB_SEPARATOR)[-1].strip()
+    text = " ".join(_HEADING_QUERY_MARKUP.sub(" ", content).split())
+    sentence = _HEADING_QUERY_END.split(text, maxsplit=1)[0][:HEADING_QUERY_CHARS]
+    return f"{heading}: {sentence}" if heading else sentence
 
 
 def _order(row: SectionRow) -> str:

@@ -29,7 +29,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ import numpy as np
 
 from kb_retrieval.config import Settings
 from kb_retrieval.indexing.embeddings import embed_query
+from kb_retrieval.indexing.pseudo_queries import heading_query as pseudo_query
 from kb_retrieval.knowledge.chunker import BREADCRUMB_SEPARATOR
 
 if TYPE_CHECKING:
@@ -62,9 +62,6 @@ HIGH_QUANTILE = 0.55
 
 #: Pseudo-queries scored against every chunk at once.
 _BLOCK = 32
-
-_MARKUP = re.compile(r"[#`*|>_\[\]]+|\s+-\s+|^\s*-\s+", re.MULTILINE)
-_SENTENCE_END = re.compile(r"(?<=[.!?:])\s")
 
 
 @dataclass(frozen=True)
@@ -96,19 +93,6 @@ class Calibration:
             trace["samples"] = self.samples
             trace["background"] = {f"q{round(q * 100)}": v for q, v in zip(QUANTILES, self.background, strict=True)}
         return trace
-
-
-def pseudo_query(breadcrumb: str, content: str) -> str:
-    """A section as a question in the KB's words: its heading and first sentence.
-
-    Example:
-        >>> pseudo_query("Guide > Retention", "Prometheus keeps **15 days** by default. Change it with a flag.")
-        'Retention: Prometheus keeps 15 days by default.'
-    """
-    heading = breadcrumb.split(BREADCRUMB_SEPARATOR)[-1].strip()
-    text = " ".join(_MARKUP.sub(" ", content).split())
-    sentence = _SENTENCE_END.split(text, maxsplit=1)[0][:200]
-    return f"{heading}: {sentence}" if heading else sentence
 
 
 def topical_sections(rows: Sequence[dict[str, Any]], settings: Settings) -> list[tuple[int, str]]:

@@ -19,9 +19,9 @@ mostly in their titles. :class:`DocumentRanker` scores each document with one li
 |             | exact_match                                         | 2.2, ``_l0`` 1.7, ``_doc_focus`` 0.05, |
 |             |                                                     | ``_exact_match`` 1                     |
 
-Each knowledge base may change two of these on its own questions (:mod:`kb_retrieval.retrieval.rank_fit`, taught
-when an index version is first opened): the best section's weight, and a factor on the identity weights (title,
-summary, both static); the hit reason ends with the mixture and what chose it.
+Each knowledge base may change three of these on its own questions (:mod:`kb_retrieval.retrieval.rank_fit`, taught
+when an index version is first opened): the best section's weight, its BM25's weight (``lexical``), and a factor on
+the identity weights (title, summary, both static); the hit reason ends with the mixture and what chose it.
 (``l0`` is the sum of the L0 boosts: title, keyword, entity, category, breadcrumb, content.) Both static
 similarities leave out the direction every document's static vector shares, from 20 documents up
 (``ScoringSettings.static_common_min_documents``; :func:`~kb_retrieval.indexing.doc_vectors.common_direction`).
@@ -233,4 +233,4 @@ def taught_weights(scoring: ScoringSettings, fit: RankFit | None) -> tuple[dict[
         return weights, ""
     if not fit.fitted:
         return weights, f"as set ({fit.reason})"
-    return mixture(weights, fit.section_weight, fit.identity_scale), fit.describe()
+    return mixture(weights, fit.section_weight, fit.identity_scale, fit.lexical_weight), fit.describe()

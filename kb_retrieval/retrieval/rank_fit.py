@@ -9,18 +9,24 @@ docs/tuning-history.md): no one weight holds on both.
 So each knowledge base chooses, on questions it asks of itself (:mod:`kb_retrieval.indexing.pseudo_queries`: a
 section's first sentence without the words that name its document, its answer that document). Each pseudo-query is
 looked up with **its own chunk left out** (a scope ``id != chunk``): a real question paraphrases its section, it
-never quotes it, and a quoted section would teach "the best section decides" on every knowledge base. Two numbers
+never quotes it, and a quoted section would teach "the best section decides" on every knowledge base. Three numbers
 are chosen on a small grid, by mean reciprocal rank of the right document over the pseudo-queries:
 
 - ``section_weight``: ``rank_chunk``, the weight of the best section's similarity;
-- ``identity_scale``: the factor on the identity weights (``rank_title``, ``rank_summary``, ``rank_static_*``).
+- ``identity_scale``: the factor on the identity weights (``rank_title``, ``rank_summary``, ``rank_static_*``);
+- ``lexical_weight``: ``rank_lexical``, the weight of the best section's BM25 (relative to the query's best BM25
+  hit): where the documents share a vocabulary, the words a question shares with one section tell it apart better
+  than any vector (documentation: stock BM25 beats stock dense there); where sibling documents share template
+  sections, they do not (session 20 in docs/tuning-history.md).
 
-The other weights (the text vector, the boosts) stay as set. The choice is kept only when it beats the configured
+The other weights (the text vector, the title and L0 boosts) stay as set: the pseudo-queries leave out the words
+naming their document, so they cannot teach those. The choice is kept only when it beats the configured
 weights by more than the noise (the paired gain over the queries above :data:`NOISE_SE` standard errors), and it is
 cross-validated by query (:data:`FOLDS` folds; the figure is recorded, not used to choose). Fewer than
 ``min_queries`` pseudo-queries: the configured weights, and the reason. The fit is deterministic (the pseudo-queries
 come in a fixed order, the grid is walked in order, ties keep the configured weights) and is stored per index
-version in the state directory (:func:`store_fit`, :func:`load_fit`).
+version in the state directory (:func:`store_fit`, :func:`load_fit`; a fit stored in an earlier :data:`FIT_FORMAT`
+is taught again).
 
 Example:
     >>> cases = [PseudoCase("a.md", [("b.md", {"chunk": 0.4, "doc_title": 0.6}), ("a.md", {"chunk": 0.7})])]
@@ -41,8 +47,14 @@ from typing import Any
 #: The weights the identity scale multiplies (the document's own name and opening, by both models).
 IDENTITY = ("doc_title", "doc_summary", "doc_static", "doc_static_title")
 SECTION = "chunk"
+LEXICAL = "lexical"
 SECTION_WEIGHTS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)
 IDENTITY_SCALES = (0.0, 0.5, 1.0)
+#: BM25 weights tried beside the configured one (the signal is at most the rule reranker's ``lexical_weight``, 0.2,
+#: so at 16 the best section's BM25 outweighs every vector).
+LEXICAL_WEIGHTS = (1.0, 2.0, 4.0, 8.0, 16.0)
+#: Changes when what a fit holds or how it is chosen changes: a stored fit of another format is taught again.
+FIT_FORMAT = 2
 #: A choice replaces the configured weights only when its mean gain exceeds this many standard errors.
 NOISE_SE = 2.0
 FOLDS = 5
@@ -74,6 +86,9 @@ class RankFit:
     cv_mrr_configured: float = 0.0
     cv_mrr_fitted: float = 0.0
     grid: list[dict[str, float]] = field(default_factory=list)
+    #: ``rank_lexical`` as chosen (None: as configured).
+    lexical_weight: float | None = None
+    format: int = FIT_FORMAT
 
     @property
     def fitted(self) -> bool:
@@ -83,14 +98,24 @@ class RankFit:
         """One line for the trace: what decided and with what weight."""
         return (
             f"section {self.weights.get(SECTION, 0.0):g} identity x{self.identity_scale:g} "
+            f"lexical {self.weights.get(LEXICAL, 0.0):g} "
             f"({self.reason}; pseudo-query MRR {self.mrr_configured:.3f} -> {self.mrr_fitted:.3f})"
         )
 
 
-def mixture(configured: dict[str, float], section_weight: float, identity_scale: float) -> dict[str, float]:
-    """``configured`` with the best section's weight set and the identity weights scaled."""
+#: One point of the grid: (section weight, identity scale, lexical weight).
+Point = tuple[float, float, float]
+
+
+def mixture(
+    configured: dict[str, float], section_weight: float, identity_scale: float, lexical_weight: float | None = None
+) -> dict[str, float]:
+    """``configured`` with the best section's weight (and its BM25's, when given) set and the identity weights
+    scaled."""
     out = dict(configured)
     out[SECTION] = section_weight
+    if lexical_weight is not None:
+        out[LEXICAL] = lexical_weight
     for name in IDENTITY:
         if name in out:
             out[name] = round(out[name] * identity_scale, 6)
@@ -115,24 +140,26 @@ def reciprocal_rank(case: PseudoCase, weights: dict[str, float]) -> float:
     return 0.0
 
 
-def _grid(configured: dict[str, float]) -> list[tuple[float, float]]:
+def grid(configured: dict[str, float]) -> list[Point]:
     """The grid, the configured mixture first (so a tie keeps it)."""
-    here = (configured.get(SECTION, 0.0), 1.0)
-    return [here, *((c, s) for c in SECTION_WEIGHTS for s in IDENTITY_SCALES if (c, s) != here)]
+    here = (configured.get(SECTION, 0.0), 1.0, configured.get(LEXICAL, 0.0))
+    lexical = (here[2], *(w for w in LEXICAL_WEIGHTS if w != here[2]))
+    points = ((c, s, b) for c in SECTION_WEIGHTS for s in IDENTITY_SCALES for b in lexical)
+    return [here, *(p for p in points if p != here)]
 
 
-def _best(cases: Sequence[PseudoCase], configured: dict[str, float]) -> tuple[tuple[float, float], list[float]]:
+def _best(cases: Sequence[PseudoCase], configured: dict[str, float]) -> tuple[Point, list[float]]:
     """The grid point whose mixture is significantly better than the configured one (else the configured one), and
     its per-case reciprocal ranks."""
-    grid = _grid(configured)
+    points = grid(configured)
     base = [reciprocal_rank(c, configured) for c in cases]
-    best, best_rr = grid[0], base
-    for point in grid[1:]:
+    best, best_rr = points[0], base
+    for point in points[1:]:
         rr = [reciprocal_rank(c, mixture(configured, *point)) for c in cases]
         if sum(rr) > sum(best_rr) + 1e-9:
             best, best_rr = point, rr
-    if best != grid[0] and not _significant([b - a for a, b in zip(base, best_rr, strict=True)]):
-        return grid[0], base
+    if best != points[0] and not _significant([b - a for a, b in zip(base, best_rr, strict=True)]):
+        return points[0], base
     return best, best_rr
 
 
@@ -155,12 +182,12 @@ def choose(
 ) -> RankFit:
     """The mixture the pseudo-queries choose (see the module doc); the configured weights when too few."""
     n = len(cases)
-    here = configured.get(SECTION, 0.0)
+    here = grid(configured)[0]
     if n < min_queries:
         reason = f"kept: {n} pseudo-queries, fewer than {min_queries}"
-        return RankFit(index_version, dict(configured), here, 1.0, n, reason)
+        return RankFit(index_version, dict(configured), here[0], 1.0, n, reason)
     base = [reciprocal_rank(c, configured) for c in cases]
-    (section, scale), rr = _best(cases, configured)
+    chosen, rr = _best(cases, configured)
     # Cross-validation by query: choose on the other folds, score the held-out one.
     held = [0.0] * n
     for fold in range(FOLDS):
@@ -169,24 +196,31 @@ def choose(
         weights = mixture(configured, *point)
         for i in range(fold, n, FOLDS):
             held[i] = reciprocal_rank(cases[i], weights)
-    grid = [
-        {"section": c, "identity": s, "mrr": _mean(reciprocal_rank(x, mixture(configured, c, s)) for x in cases)}
-        for c, s in _grid(configured)
+    table = [
+        {
+            "section": c,
+            "identity": s,
+            "lexical": b,
+            "mrr": _mean(reciprocal_rank(x, mixture(configured, c, s, b)) for x in cases),
+        }
+        for c, s, b in grid(configured)
     ]
-    kept = (section, scale) == (here, 1.0)
+    kept = chosen == here
     reason = f"kept: the gain is within the noise ({n} pseudo-queries)" if kept else f"fitted on {n} pseudo-queries"
+    section, scale, lexical = chosen
     return RankFit(
         index_version=index_version,
-        weights=dict(configured) if kept else mixture(configured, section, scale),
+        weights=dict(configured) if kept else mixture(configured, *chosen),
         section_weight=section,
         identity_scale=scale,
+        lexical_weight=None if kept else lexical,
         queries=n,
         reason=reason,
         mrr_configured=_mean(base),
         mrr_fitted=_mean(rr),
         cv_mrr_configured=_mean(base),
         cv_mrr_fitted=_mean(held),
-        grid=grid,
+        grid=table,
     )
 
 
@@ -210,6 +244,8 @@ def load_fit(state_dir: Path, index_version: str) -> RankFit | None:
     path = fit_path(state_dir, index_version)
     try:
         data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("format") != FIT_FORMAT:  # chosen on another grid: taught again
+            return None
         return RankFit(**data)
     except (OSError, ValueError, TypeError):
         return None

@@ -1,10 +1,12 @@
-"""Pseudo-queries: a section's first sentence without the words naming its document, in a fixed order."""
+"""Pseudo-queries: a section's first sentence without the words naming its document, in a fixed order (the ranking
+fit's form); a section's heading and first sentence (the calibration's form)."""
 
 from __future__ import annotations
 
 import pytest
 
-from kb_retrieval.indexing.pseudo_queries import SectionRow, first_sentence, pseudo_queries, query_text
+from kb_retrieval.indexing.pseudo_queries import SectionRow, first_sentence, heading_query, pseudo_queries, query_text
+from kb_retrieval.retrieval import calibration
 
 pytestmark = pytest.mark.unit
 
@@ -42,3 +44,12 @@ def test_one_query_per_section_from_its_first_chunk_in_a_fixed_order() -> None:
     assert sorted(q.chunk_id for q in first) == ["x1", "y1"]
     assert pseudo_queries(list(reversed(rows))) == first
     assert len(pseudo_queries(rows, limit=1)) == 1
+
+
+def test_the_calibration_form_asks_the_heading_and_is_the_one_calibration_uses() -> None:
+    assert heading_query("Guide > Retention", "Keeps **15 days** by default. Set a flag.") == (
+        "Retention: Keeps 15 days by default."
+    )
+    assert heading_query("Guide > Flags", "Usage: run it - then stop.") == "Flags: Usage:"
+    assert heading_query("", "x" * 300 + ". Next.") == "x" * 200
+    assert calibration.pseudo_query is heading_query

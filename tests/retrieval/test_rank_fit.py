@@ -1,10 +1,13 @@
-"""The ranking fit: the configured weights unless the pseudo-queries show a gain beyond the noise."""
+"""The ranking fit: the configured weights unless the pseudo-queries show a gain beyond the noise; the best section's
+similarity, its BM25 and the identity weights chosen on them."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from kb_retrieval.retrieval.rank_fit import PseudoCase, choose, load_fit, mixture, order, store_fit
+from kb_retrieval.retrieval.rank_fit import PseudoCase, choose, fit_path, grid, load_fit, mixture, order, store_fit
 
 pytestmark = pytest.mark.unit
 
@@ -27,6 +30,17 @@ def _identity_case(i: int) -> PseudoCase:
     )
 
 
+def _words_case(i: int) -> PseudoCase:
+    """The right document shares the question's words (BM25) but not its title; the sections' similarity is even."""
+    return PseudoCase(
+        f"right{i}.md",
+        [
+            (f"other{i}.md", {"doc_title": 0.7, "chunk": 0.5}),
+            (f"right{i}.md", {"doc_title": 0.3, "chunk": 0.5, "lexical": 0.2}),
+        ],
+    )
+
+
 def test_order_breaks_ties_by_retrieval() -> None:
     assert order([("a", {"x": 1.0}), ("b", {"x": 1.0}), ("c", {"x": 2.0})], {"x": 1.0}) == ["c", "a", "b"]
 
@@ -34,6 +48,17 @@ def test_order_breaks_ties_by_retrieval() -> None:
 def test_mixture_sets_the_section_weight_and_scales_identity_only() -> None:
     mixed = mixture(CONFIGURED, 1.5, 0.5)
     assert mixed == {"chunk": 1.5, "doc_title": 0.5, "doc_summary": 0.5, "doc_text": 1.0}
+
+
+def test_mixture_sets_the_lexical_weight_only_when_given() -> None:
+    assert mixture({"lexical": 0.3}, 0.0, 1.0)["lexical"] == 0.3
+    assert mixture({"lexical": 0.3}, 0.0, 1.0, 4.0)["lexical"] == 4.0
+
+
+def test_the_grid_starts_at_the_configured_mixture_and_holds_each_point_once() -> None:
+    points = grid({**CONFIGURED, "lexical": 0.3})
+    assert points[0] == (0.0, 1.0, 0.3)
+    assert len(points) == len(set(points)) and (3.0, 0.0, 16.0) in points
 
 
 def test_a_knowledge_base_whose_sections_decide_gets_section_weight() -> None:
@@ -46,6 +71,12 @@ def test_a_knowledge_base_whose_sections_decide_gets_section_weight() -> None:
 def test_a_knowledge_base_whose_identity_decides_keeps_the_configured_weights() -> None:
     fit = choose([_identity_case(i) for i in range(60)], CONFIGURED, index_version="v", min_queries=50)
     assert not fit.fitted and fit.weights == CONFIGURED
+
+
+def test_a_knowledge_base_whose_words_decide_gets_lexical_weight() -> None:
+    fit = choose([_words_case(i) for i in range(60)], CONFIGURED, index_version="v", min_queries=50)
+    assert fit.fitted and fit.lexical_weight and fit.weights["lexical"] == fit.lexical_weight
+    assert fit.mrr_fitted == 1.0 and "lexical" in fit.describe()
 
 
 def test_a_gain_within_the_noise_is_not_taken() -> None:
@@ -64,3 +95,12 @@ def test_a_fit_is_stored_per_index_version(tmp_path) -> None:
     store_fit(tmp_path, fit)
     assert load_fit(tmp_path, "ab:cd") == fit
     assert load_fit(tmp_path, "other") is None
+
+
+def test_a_fit_stored_in_an_earlier_format_is_taught_again(tmp_path) -> None:
+    fit = choose([_section_case(i) for i in range(60)], CONFIGURED, index_version="v1", min_queries=50)
+    path = store_fit(tmp_path, fit)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    del data["format"], data["lexical_weight"]  # as session 19 stored it
+    fit_path(tmp_path, "v1").write_text(json.dumps(data), encoding="utf-8")
+    assert load_fit(tmp_path, "v1") is None

@@ -22,3 +22,43 @@ def test_the_hit_reason_names_the_mixture(runbooks_lookup) -> None:
     result = runbooks_lookup.lookup("etcd cluster has no leader")
     details = [r for b in result.evidence_blocks for r in b.hit_reasons if r.startswith("l1_document")]
     assert details and all("weights: as set (kept" in d for d in details)
+
+
+def test_a_fitted_lexical_weight_reaches_the_ranker_and_its_hit_reason(tmp_path, embed_model) -> None:
+    """A small written KB (too small to teach: the configured weights are stored on its first open); a fit that chose
+    the best section's BM25 at 16, stored for its index version, is what the next lookup ranks with and names."""
+    from kb_retrieval.config import Settings
+    from kb_retrieval.engine import KnowledgeLookup
+    from kb_retrieval.indexing.ingest import ingest
+    from kb_retrieval.retrieval.rank_fit import RankFit, mixture, store_fit
+    from tests.support.kb import write_kb
+
+    kb = write_kb(
+        tmp_path / "kb",
+        {
+            "storage/retention.md": "# Retention\n\n## Time limit\n\nBlocks older than the retention time are deleted "
+            "by compaction.\n",
+            "storage/compaction.md": "# Compaction\n\n## Levels\n\nSmall blocks are merged into larger ones in the "
+            "background.\n",
+        },
+    )
+    settings = Settings(state_dir=tmp_path / "state", vector_store_mode="sdk")
+    ingest([kb], settings, embed_model=embed_model)
+    first = KnowledgeLookup(settings)
+    version, kept = first.state.index_version, first.state.rank_fit
+    first.close()
+    assert kept is not None and not kept.fitted and "fewer than" in kept.reason
+    configured = settings.scoring.ranking_weights()
+    weights = mixture(configured, 0.0, 0.0, 16.0)
+    store_fit(
+        settings.state_dir, RankFit(version, weights, 0.0, 0.0, 60, "fitted on 60 pseudo-queries", lexical_weight=16.0)
+    )
+    lookup = KnowledgeLookup(settings)
+    try:
+        ranker = lookup.pipeline.postprocessors[2]
+        assert ranker.weights == weights and ranker.weights["lexical"] == 16.0 != configured["lexical"]
+        result = lookup.lookup("when are old blocks deleted by compaction")
+        details = [r for b in result.evidence_blocks for r in b.hit_reasons if r.startswith("l1_document")]
+        assert details and all("lexical 16 (fitted on 60" in d for d in details)
+    finally:
+        lookup.close()
