@@ -30,7 +30,7 @@ from kb_retrieval.models import (
     RetrievalTrace,
 )
 from kb_retrieval.retrieval.attempts import AttemptResult, L1Outcome
-from kb_retrieval.retrieval.calibration import Calibration
+from kb_retrieval.retrieval.calibration import Calibration, lexical_lead
 from kb_retrieval.retrieval.context_pack import block_header
 from kb_retrieval.retrieval.evidence import evidence_score
 from kb_retrieval.retrieval.stage import stage_of
@@ -89,7 +89,7 @@ def assemble_result(
             calibration=l1.calibration.as_trace() if l1.calibration else None,
         ),
         rerank_trace=rerank_trace(selected),
-        relevance_level=relevance(blocks, scoring, l1.calibration),
+        relevance_level=relevance(blocks, scoring, l1.calibration, selected.nodes if selected else None),
         completeness_hint=completeness(blocks, pack.summary),
         confidence=lead_confidence(selected, blocks, scoring.close_call_margin),
         retrieval_layer=layer(transform, attempts, blocks),
@@ -147,14 +147,19 @@ def near_misses(attempts: list[AttemptResult]) -> list[NearMiss]:
 
 
 def relevance(
-    blocks: list[EvidenceBlock], scoring: ScoringSettings, calibration: Calibration | None = None
+    blocks: list[EvidenceBlock],
+    scoring: ScoringSettings,
+    calibration: Calibration | None = None,
+    nodes: list[NodeWithScore] | None = None,
 ) -> RelevanceLevel:
     """How much the evidence can be trusted, by its best similarity against the knowledge base's cut-offs
     (``calibration``'s when given, else the settings').
 
     ``high`` also needs the first document to hold the best-matching section: when the ranking puts another
     document first, the first is a judgement call between signals, not a clear match (on the public sets such
-    lookups were right about half as often).
+    lookups were right about half as often). Given the lookup's document ``nodes``, the lexical search must agree as
+    well (:func:`~kb_retrieval.retrieval.calibration.lexical_lead`: the first document's best-matching section is
+    the query's best BM25 hit or holds a rare identifier of it; docs/tuning-history.md, session 20).
     """
     if not blocks:
         return "none"
@@ -164,7 +169,7 @@ def relevance(
         else (scoring.relevance_high, scoring.relevance_medium)
     )
     top = max(b.similarity for b in blocks)
-    if top >= high and blocks[0].similarity >= top:
+    if top >= high and blocks[0].similarity >= top and (nodes is None or lexical_lead(nodes, blocks[0].source)):
         return "high"
     return "medium" if top >= medium else "low"
 

@@ -11,7 +11,11 @@ template headings such as "Mitigation" are not a topic), searched against every 
   (a lookup whose best evidence does not beat what a fifth of out-of-document questions reach finds nothing).
 - relevance ``high``: the ranking's first document is also the best-matching section's document (the ranking and the
   similarity agree), and its similarity reaches the configured cut-off or the background's 55th percentile when
-  higher. (Both quantiles chosen on every public corpus at once: docs/tuning-history.md, session 19.)
+  higher. (Both quantiles chosen on every public corpus at once: docs/tuning-history.md, session 19.) The lexical
+  signal must agree too (:func:`lexical_lead`): the first document's best-matching section is the query's best BM25
+  hit or holds a rare identifier of the query. A sibling document that shares the query's vocabulary but not its
+  distinctive words (an alert without a runbook found in its sibling's, a neighbouring page) reaches a high
+  similarity; the lexical search then puts another section first (session 20).
 
 Too few topical sections (or no vectors in memory, the milvus plan) keep the configured constants, and the result's
 trace says which thresholds were used and why (``retrievalTrace.calibration``). The measurement is deterministic (the
@@ -36,11 +40,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from llama_index.core.schema import NodeWithScore
 
 from kb_retrieval.config import Settings
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.indexing.pseudo_queries import heading_query as pseudo_query
 from kb_retrieval.knowledge.chunker import BREADCRUMB_SEPARATOR
+from kb_retrieval.retrieval.stage import stage_of
 
 if TYPE_CHECKING:
     from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -59,6 +65,9 @@ MIN_SAMPLES = 20
 QUANTILES = (0.1, 0.2, 0.25, 0.5, 0.55, 0.75, 0.9)
 FOUND_QUANTILE = 0.2
 HIGH_QUANTILE = 0.55
+
+#: A relative BM25 score at least this is the query's best lexical hit (relative scores are 1.0 for the best).
+BEST_LEXICAL = 0.999
 
 #: Pseudo-queries scored against every chunk at once.
 _BLOCK = 32
@@ -93,6 +102,23 @@ class Calibration:
             trace["samples"] = self.samples
             trace["background"] = {f"q{round(q * 100)}": v for q, v in zip(QUANTILES, self.background, strict=True)}
         return trace
+
+
+def lexical_lead(nodes: Sequence[NodeWithScore], source: str) -> bool:
+    """Whether the lexical search agrees on ``source``'s best-matching section (the first evidence document's node,
+    its best chunk): that chunk is the query's best BM25 hit (relative score 1) or holds a rare identifier or term
+    of the query. ``nodes``: the lookup's document nodes, one per document. True when no node has a BM25 score
+    (lexical search off: nothing to disagree).
+
+    Example:
+        >>> lexical_lead([], "a.md")
+        True
+    """
+    stages = [stage_of(n) for n in nodes]
+    if all(s.lexical_score is None and not s.exact_terms for s in stages):
+        return True
+    first = next((s for s in stages if s.candidate.source == source), None)
+    return first is not None and (bool(first.exact_terms) or (first.lexical_score or 0.0) >= BEST_LEXICAL)
 
 
 def topical_sections(rows: Sequence[dict[str, Any]], settings: Settings) -> list[tuple[int, str]]:
@@ -179,7 +205,8 @@ def calibrate(measured: Background | None, settings: Settings, off_reason: str =
         source="measured",
         reason=(
             f"{measured.reason}: found from max(evidence_threshold, background q{round(FOUND_QUANTILE * 100)}), "
-            f"high from max(relevance_high, background q{round(HIGH_QUANTILE * 100)})"
+            f"high from max(relevance_high, background q{round(HIGH_QUANTILE * 100)}) with the ranking, the best "
+            "section and the best lexical hit on the first document"
         ),
         evidence_threshold=round(evidence, 4),
         relevance_high=round(max(scoring.relevance_high, measured.at(HIGH_QUANTILE)), 4),

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from kb_retrieval.config import Settings
-from kb_retrieval.models import EvidenceBlock
+from kb_retrieval.models import Candidate, EvidenceBlock
 from kb_retrieval.result import relevance
 from kb_retrieval.retrieval.calibration import (
     MIN_SAMPLES,
@@ -16,6 +16,7 @@ from kb_retrieval.retrieval.calibration import (
     Calibration,
     background,
     calibrate,
+    lexical_lead,
     measure,
     pseudo_query,
     topical_sections,
@@ -97,6 +98,63 @@ def test_relevance_high_needs_the_first_document_to_hold_the_best_section():
     assert relevance([_block("a.md", 0.62)], scoring) == "high"  # the settings' 0.6
     assert relevance([_block("a.md", 0.4)], scoring, calibration) == "low"
     assert relevance([], scoring, calibration) == "none"
+
+
+def _chunk(source: str, lexical: float | None, exact: tuple[str, ...] = ()):
+    from kb_retrieval.retrieval.stage import candidate_node
+
+    candidate = Candidate(
+        chunk_id=f"{source}#{lexical}",
+        source=source,
+        content="x",
+        score=0.5,
+        score_label="cosine_similarity",
+        path="memory",
+        similarity=0.5,
+    )
+    return candidate_node(candidate, lexical_score=lexical, exact_terms=list(exact))
+
+
+@pytest.mark.unit
+def test_the_lexical_search_agrees_when_the_first_document_s_section_is_its_best_hit():
+    # one node per document (after dedupe): its best-matching section with that section's relative BM25 score
+    nodes = [_chunk("a.md", 1.0), _chunk("b.md", 0.9), _chunk("c.md", None, ("kube_x",))]
+    assert lexical_lead(nodes, "a.md")
+    assert not lexical_lead(nodes, "b.md")  # another section is the query's best BM25 hit
+    assert lexical_lead(nodes, "c.md")  # a rare identifier of the query is lexical evidence of its own
+    assert not lexical_lead(nodes, "d.md")
+    assert lexical_lead([_chunk("a.md", None), _chunk("b.md", None)], "b.md")  # lexical search off
+
+
+@pytest.mark.unit
+def test_relevance_high_needs_the_lexical_search_to_agree():
+    calibration = Calibration("measured", "test", 0.5, 0.65, 0.5)
+    blocks = [_block("a.md", 0.7), _block("b.md", 0.6)]
+    scoring = SETTINGS.scoring
+    assert relevance(blocks, scoring, calibration, [_chunk("a.md", 1.0), _chunk("b.md", 0.5)]) == "high"
+    assert relevance(blocks, scoring, calibration, [_chunk("a.md", 0.8), _chunk("b.md", 1.0)]) == "medium"
+    assert relevance(blocks, scoring, calibration, None) == "high"  # no nodes given: similarity and ranking only
+
+
+#: A sample-KB alert whose best section is in the expected runbook, while its pod name is the best BM25 hit of
+#: another runbook's example (golden case aiops-k8s-004).
+THROTTLING = (
+    "CPUThrottlingHigh: 47% throttling of CPU in namespace payments for container api in pod "
+    "payments-api-7d9f8b6c4-x2k8q."
+)
+
+
+def test_on_the_sample_kb_a_lexical_disagreement_keeps_relevance_below_high(sample_lookup):
+    result = sample_lookup.lookup(THROTTLING)
+    first, *others = result.evidence_blocks
+    assert first.source == "kubernetes/resource-requests-and-limits.md"
+    # the similarity and the ranking alone would call it high; the lexical search puts another runbook first
+    assert relevance(result.evidence_blocks, sample_lookup.settings.scoring) == "high"
+    assert "lexical_bm25:1.000" not in first.hit_reasons  # its best section is not the query's best BM25 hit
+    assert any("lexical_bm25:1.000" in b.hit_reasons for b in others)
+    assert result.relevance_level == "medium"
+    agreeing = sample_lookup.lookup("pods keep restarting with CrashLoopBackOff")
+    assert agreeing.relevance_level == "high"
 
 
 @pytest.fixture(scope="module")
