@@ -23,7 +23,7 @@ _EXPORTS = {
     "DocumentRanker": "kb_retrieval.retrieval.doc_rank",
     "DocumentExpander": "kb_retrieval.retrieval.expand",
     "KnowledgeLookup": "kb_retrieval.engine",
-    "KnowledgeQueryEngine": "kb_retrieval.engine",
+    "KnowledgeQueryEngine": "kb_retrieval.query_engine",
     "LookupResult": "kb_retrieval.models",
     "make_lookup_tool": "kb_retrieval.tool",
     "ingest": "kb_retrieval.indexing.ingest",

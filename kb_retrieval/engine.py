@@ -46,7 +46,6 @@ from kb_retrieval.indexing.rank_teach import teach_ranking
 from kb_retrieval.models import Candidate, LookupResult, QueryTransform
 from kb_retrieval.overrides import check_overrides
 from kb_retrieval.pipeline import Pipeline, Resources
-from kb_retrieval.query_engine import KnowledgeQueryEngine
 from kb_retrieval.result import agent_text, assemble_result, evidence_nodes
 from kb_retrieval.retrieval.attempts import L1Outcome
 from kb_retrieval.retrieval.context_pack import pack_context
@@ -75,7 +74,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 dispatcher = get_dispatcher(__name__)
 
-__all__ = ["KnowledgeLookup", "KnowledgeQueryEngine", "LookupDetails", "agent_text", "evidence_nodes"]
+__all__ = ["KnowledgeLookup", "LookupDetails", "agent_text", "evidence_nodes"]
+
+
+def __getattr__(name: str) -> Any:
+    # KnowledgeQueryEngine lives in kb_retrieval.query_engine, loaded on first use: llama_index.core.query_engine's
+    # package pulls in its evaluators and indices (~1.3 s of imports a lookup never uses).
+    if name == "KnowledgeQueryEngine":
+        from kb_retrieval.query_engine import KnowledgeQueryEngine
+
+        return KnowledgeQueryEngine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -412,7 +421,7 @@ class KnowledgeLookup:
         (:class:`~kb_retrieval.query_engine.KnowledgeQueryEngine`). ``kwargs`` are the retriever's
         (``similarity_top_k``, ``filters``, settings) or ``RetrieverQueryEngine.from_args``'s; anything else raises.
         """
-        from kb_retrieval.query_engine import configured_llm, split_engine_kwargs
+        from kb_retrieval.query_engine import KnowledgeQueryEngine, configured_llm, split_engine_kwargs
 
         retriever_kwargs, synth_kwargs = split_engine_kwargs(kwargs)
         retriever = self.as_retriever(**retriever_kwargs)

@@ -93,3 +93,62 @@ def test_cli_ingest_and_memory_plan_lookup_load_no_torch(tmp_path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report == {"code": 0, "path": "memory", "ingest": [], "modules": []}
+
+
+INGEST_SCRIPT = (
+    "import sys; from kb_retrieval.config import KBSettings; from kb_retrieval.indexing.ingest import ingest; "
+    "ingest([sys.argv[2]], KBSettings(state_dir=sys.argv[1]))"
+)
+
+DEFERRED_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    from kb_retrieval.deferred_imports import defer_package_inits, deferred
+
+    state, defer = sys.argv[1], sys.argv[2] == "defer"
+    if defer:
+        defer_package_inits()
+    from kb_retrieval.config import KBSettings
+    from kb_retrieval.engine import KnowledgeLookup
+
+    lookup = KnowledgeLookup(KBSettings(state_dir=state))
+    result = lookup.lookup("RedisMemoryHigh: used_memory above 90% of maxmemory")
+    lookup.close()
+    heavy = ("llama_index.core.indices.base", "llama_index.core.chat_engine", "llama_index.core.query_engine", "torch")
+    report = {"found": result.found, "plan": result.retrieval_trace.attempts[0].path,
+              "loaded": sorted(m for m in heavy if m in sys.modules), "deferred": deferred("llama_index.core")}
+    import llama_index.core
+    from llama_index.core import VectorStoreIndex  # asked for: the real __init__ runs now
+    report["after"] = {"deferred": deferred("llama_index.core"), "index": VectorStoreIndex.__name__,
+                       "handler": llama_index.core.global_handler,
+                       "indices": "llama_index.core.indices.base" in sys.modules}
+    print(json.dumps(report))
+    """
+)
+
+
+def _lookup_report(state, mode: str) -> dict:
+    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
+    proc = subprocess.run(
+        [sys.executable, "-c", DEFERRED_SCRIPT, str(state), mode], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_memory_plan_lookup_with_deferred_package_inits_loads_no_llama_index_indices(tmp_path) -> None:
+    """What the CLI's in-process lookup does: LlamaIndex's package __init__ files deferred, a lookup through the memory
+    plan never runs them (no indices, chat engines, query engines); asking the package for a name still works."""
+    state = tmp_path / "state"
+    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
+    ingested = subprocess.run(
+        [sys.executable, "-c", INGEST_SCRIPT, str(state), str(SAMPLE_KB)], capture_output=True, text=True, env=env
+    )
+    assert ingested.returncode == 0, ingested.stderr[-2000:]
+    deferred = _lookup_report(state, "defer")
+    assert deferred["found"] is True and deferred["plan"] == "memory"
+    assert deferred["loaded"] == [] and deferred["deferred"] is True
+    assert deferred["after"] == {"deferred": False, "index": "VectorStoreIndex", "handler": None, "indices": True}
+    # The check can fail: the same lookup without the deferral runs llama_index.core's __init__ and all it imports.
+    plain = _lookup_report(state, "plain")
+    assert plain["found"] is True and "llama_index.core.indices.base" in plain["loaded"]

@@ -12,7 +12,7 @@ from llama_index.core.llms import CompletionResponse, CompletionResponseGen, Cus
 from llama_index.core.llms.callbacks import llm_completion_callback
 from pydantic import PrivateAttr
 
-from kb_retrieval.engine import KnowledgeQueryEngine
+from kb_retrieval.query_engine import KnowledgeQueryEngine
 from kb_retrieval.tool import TOOL_NAME, make_lookup_tool
 
 ALERT = "RedisMemoryHigh: Redis memory usage above 90% of maxmemory on redis-cache-01:6379"

@@ -26,7 +26,9 @@ from kb_retrieval.config import Settings
 from kb_retrieval.reporting import replace_marked_section
 
 #: The parts of ``make bench``; ``kb-retrieval bench --only PART`` re-runs one and keeps the others' figures.
-PARTS = ("quality", "speed", "scale")
+PARTS = ("quality", "speed", "scale", "serve")
+#: The serve part's concurrency levels: clients sending at once, each through ``serve --workers 1`` and N.
+SERVE_CLIENTS = (1, 4, 16)
 #: A Milvus server for the scale part; unset, the bench starts its own (PyPI ``milvus``) and stops it after.
 BENCH_MILVUS_URI_ENV = "KB_BENCH_MILVUS_URI"
 #: The question-style query set of the warm-latency figures (alert texts: runbooks-alerts-dev).
@@ -83,6 +85,8 @@ def run_bench(shared: Path, out_dir: Path, state_root: Path, *, parts: set[str],
         _remove_tree(scale_dir)
         report["speed"]["scale"] = latency_at_scale(runbooks, scale_dir, queries[:30], embed_model, log=_log)
         report["speed"]["scale_server"] = run_server_scale(runbooks, state_root, queries[:30], embed_model)
+    if "serve" in parts:
+        report["speed"]["serve_throughput"] = run_serve_throughput(runbooks, state_root, queries, embed_model)
     report["targets"] = targets(report)
     report[seconds_key(parts)] = round(time.perf_counter() - started, 1)
     write_report(report, out_dir)
@@ -142,6 +146,32 @@ def run_server_scale(runbooks: Path, state_root: Path, queries: list[str], embed
         figures = server_scale(runbooks, state_dir, queries, embed_model, server.uri, log=_log)
         release = importlib.metadata.version("milvus")
         figures["server"] = f"Milvus {release} standalone (PyPI milvus), started by the bench"
+    return figures
+
+
+def run_serve_throughput(
+    runbooks: Path, state_root: Path, queries: list[str], embed_model: Any, *, workers: int | None = None
+) -> dict[str, Any]:
+    """``kb-retrieval serve`` under 1, 4 and 16 concurrent clients with one worker process and with ``workers`` (one
+    per core by default, at least 2): requests/s, p50 and p99 per level (:func:`~kb_retrieval.bench.serve.
+    served_throughput`), on the default settings over the runbooks (ingested into ``state_root/runbooks``, unchanged
+    when the speed part already did)."""
+    import os
+
+    from kb_retrieval.bench.serve import served_throughput
+    from kb_retrieval.indexing.ingest import ingest
+    from kb_retrieval.indexing.milvus import release_lite
+
+    settings = Settings(state_dir=state_root / "runbooks")
+    ingest([runbooks], settings, embed_model=embed_model, progress=True)
+    release_lite(settings)  # one process per Lite data dir: the servers', from here on
+    most = workers or max(2, os.cpu_count() or 2)
+    figures = served_throughput(
+        settings.state_dir, queries, state_root, workers=(1, most), clients=SERVE_CLIENTS, log=_log
+    )
+    figures.pop("runs")  # each round's figures are in the log; the report keeps the best round per level
+    figures["queries"] = len(queries)
+    figures["cores"] = os.cpu_count()
     return figures
 
 
@@ -205,6 +235,8 @@ def summary_markdown(report: dict[str, Any]) -> str:
             f"{served['in_process_ms']['p50']} / {served['in_process_ms']['p95']} ms in process (the HTTP hop "
             f"{served['http_hop_p50_ms']} ms at p50)."
         )
+    if serving := speed.get("serve_throughput"):
+        lines.append(serve_throughput_markdown(serving))
     if throughput := speed.get("ingest_throughput"):
         lines.append(
             f"Ingest {throughput['ingest_chunks_per_s']} chunks/s vs raw embedding by the same encoder (sorted fp32 "
@@ -239,6 +271,27 @@ LATENCY_SET_WORDS = {
     "alerts": "runbook alert texts (runbooks-alerts-dev)",
     "questions": f"question-style queries ({QUESTIONS_SET.removesuffix('.jsonl')})",
 }
+
+
+def serve_throughput_markdown(figures: dict[str, Any]) -> str:
+    """The serve part in one paragraph: per worker count, requests/s, p50 and p99 at each concurrency level."""
+    most = max(figures["workers"])
+    levels = "; ".join(
+        f"{count} worker{'s' if count > 1 else ''}: "
+        + ", ".join(
+            f"{n} client{'s' if n > 1 else ''} {best['rps']} req/s p50 {best['p50_ms']} / p99 {best['p99_ms']} ms"
+            for n in figures["clients"]
+            if (best := figures["best"].get(f"{count}x{n}"))
+        )
+        for count in figures["workers"]
+    )
+    scaling = figures.get(f"scaling_{most}_over_1") or {}
+    return (
+        f"Through `kb-retrieval serve --workers W` ({figures['requests_per_run']} lookups per level, the best of "
+        f"{figures['rounds']} rounds, worker counts alternating): {levels}. {most} workers over 1: "
+        + ", ".join(f"{scaling[str(n)]}x at {n} clients" for n in figures["clients"] if str(n) in scaling)
+        + f"; {figures['errors']} errors."
+    )
 
 
 def server_scale_markdown(server: dict[str, Any], lite: list[dict[str, Any]]) -> str:

@@ -34,6 +34,9 @@ PARAPHRASE_HIT5 = 0.88
 #: Issue 20's found decision over the runbooks: answerable found=true at least this share, with unanswerable
 #: found=false at least that share (7 of 8).
 PARAPHRASE_FOUND, PARAPHRASE_REFUSED = 0.97, 0.875
+#: Issue 39: ``serve`` with one worker per core (2 here) over one worker, in requests/s at this many concurrent
+#: clients, with the most workers' p99 at most this many times their p50, and no request failed.
+SERVE_SCALING, SERVE_SCALING_CLIENTS, SERVE_P99_OVER_P50 = 1.7, 16, 3.0
 #: Issue 37: the share of relevance-high lookups that are right, on every set.
 RELEVANCE_HIGH_RIGHT = 0.90
 
@@ -223,6 +226,27 @@ def server_scale(report: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def serve_workers(report: dict[str, Any]) -> dict[str, Any]:
+    """Issue 39: ``serve --workers N`` at :data:`SERVE_SCALING_CLIENTS` clients: at least :data:`SERVE_SCALING`
+    times one worker's requests/s, p99 within :data:`SERVE_P99_OVER_P50` x p50, zero errors in the whole run."""
+    if not (figures := _speed(report).get("serve_throughput")):
+        return {}
+    most, clients = max(figures["workers"]), str(SERVE_SCALING_CLIENTS)
+    scaling = (figures.get(f"scaling_{most}_over_1") or {}).get(clients)
+    best = figures["best"].get(f"{most}x{clients}") or {}
+    tail = round(best["p99_ms"] / best["p50_ms"], 2) if best.get("p50_ms") else None
+    met = scaling is not None and scaling >= SERVE_SCALING and tail is not None and tail <= SERVE_P99_OVER_P50
+    name = f"serve_{most}_workers>={SERVE_SCALING:g}x_1_at_{clients}_clients_p99<={SERVE_P99_OVER_P50:g}x_p50_no_errors"
+    return {
+        name: {
+            "scaling": scaling,
+            "p99_over_p50": tail,
+            "errors": figures["errors"],
+            "met": met and figures["errors"] == 0,
+        }
+    }
+
+
 #: Every target, in the order a report lists them.
 TARGETS: tuple[Target, ...] = (
     mixed_dev_hit1,
@@ -237,6 +261,7 @@ TARGETS: tuple[Target, ...] = (
     ingest_throughput,
     lite_largest_p50,
     server_scale,
+    serve_workers,
 )
 
 

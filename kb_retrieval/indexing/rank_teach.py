@@ -22,7 +22,7 @@ from typing import Any
 
 from llama_index.core.callbacks import CallbackManager, CBEventType, EventPayload
 from llama_index.core.callbacks.base_handler import BaseCallbackHandler
-from llama_index.core.vector_stores import FilterOperator, MetadataFilter, MetadataFilters
+from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters
 
 from kb_retrieval.config import ScoringSettings, Settings
 from kb_retrieval.indexing.pseudo_queries import PseudoQuery, SectionRow, pseudo_queries

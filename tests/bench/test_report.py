@@ -272,3 +272,37 @@ def test_calibration_table_counts_levels_and_right_first_documents(tmp_path):
         "high": {"lookups": 2, "right": 1, "precision": 0.5},
         "medium": {"lookups": 1, "right": 0, "precision": 0.0},
     }
+
+
+def _serving(scaling: float, p99: float, errors: int = 0) -> dict:
+    best = {
+        f"{w}x{n}": {"clients": n, "rps": 10.0 * w, "p50_ms": 100.0, "p99_ms": p99 if w == 2 else 150.0}
+        for w in (1, 2)
+        for n in (1, 4, 16)
+    }
+    return {
+        "workers": [1, 2],
+        "clients": [1, 4, 16],
+        "requests_per_run": 160,
+        "rounds": 2,
+        "best": best,
+        "scaling_2_over_1": {"1": 1.0, "4": 1.5, "16": scaling},
+        "errors": errors,
+    }
+
+
+def test_serve_target_reads_scaling_at_16_clients_the_tail_and_errors():
+    name = "serve_2_workers>=1.7x_1_at_16_clients_p99<=3x_p50_no_errors"
+    met = targets({"speed": {"serve_throughput": _serving(1.8, 250.0)}})[name]
+    assert met == {"scaling": 1.8, "p99_over_p50": 2.5, "errors": 0, "met": True}
+    assert not targets({"speed": {"serve_throughput": _serving(1.6, 250.0)}})[name]["met"]
+    assert not targets({"speed": {"serve_throughput": _serving(1.8, 301.0)}})[name]["met"]
+    assert not targets({"speed": {"serve_throughput": _serving(1.8, 250.0, errors=1)}})[name]["met"]
+    assert name not in targets(REPORT)  # not measured: not judged
+
+
+def test_serve_figures_are_in_the_summary_per_level():
+    text = summary_markdown({"speed": {"serve_throughput": _serving(1.8, 250.0)}})
+    assert "1 worker: 1 client 10.0 req/s p50 100.0 / p99 150.0 ms" in text
+    assert "2 workers: 1 client 20.0 req/s p50 100.0 / p99 250.0 ms, 4 clients 20.0 req/s" in text
+    assert "2 workers over 1: 1.0x at 1 clients, 1.5x at 4 clients, 1.8x at 16 clients; 0 errors." in text
