@@ -70,10 +70,20 @@ def test_a_no_evidence_result_says_so_and_shows_the_attempts():
     page = result._repr_html_()
     assert not result.found
     assert html.escape(result.message) in page
-    rows = _cells(page)
+    tables = page.split("<tbody>")[1:]
+    # The near misses come first (what came closest, and the bar it missed), the attempts in their details.
+    assert result.near_misses
+    near = _cells("<tbody>" + tables[0])
+    assert [row[0] for row in near] == [m.source for m in result.near_misses]
+    assert near[0][2:] == [
+        f"{result.near_misses[0].similarity:.3f}",
+        f"{result.near_misses[0].evidence_score:.3f}",
+        f"{result.near_misses[0].threshold:g}",
+    ]
+    attempts = next(_cells(t) for t in page.split("<table>")[1:] if "<th>attempt</th>" in t.split("</thead>")[0])
     attempt = result.retrieval_trace.attempts[0]
-    assert rows[0][0] == str(attempt.attempt) and rows[0][4] == attempt.outcome
-    assert rows[0][3] == f"{attempt.top_similarity:.3f}"
+    assert attempts[0][0] == str(attempt.attempt) and attempts[0][4] == attempt.outcome
+    assert attempts[0][3] == f"{attempt.top_similarity:.3f}"
     assert "evidence document" not in page
     assert result.to_dataframe().empty
     assert repr(result).startswith("<LookupResult found=False no_evidence:")

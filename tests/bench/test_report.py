@@ -8,7 +8,8 @@ from __future__ import annotations
 import copy
 
 from kb_retrieval.bench.report import bench_charts
-from kb_retrieval.bench.run import README_END, README_START, summary_markdown, targets, update_readme, write_report
+from kb_retrieval.bench.summary import README_END, README_START, summary_markdown, update_readme, write_report
+from kb_retrieval.bench.targets import targets
 from kb_retrieval.reporting import draw_chart, label_problems
 
 

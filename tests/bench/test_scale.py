@@ -11,15 +11,10 @@ import json
 
 import pytest
 
-from kb_retrieval.bench.run import (
-    PARTS,
-    previous_figures,
-    seconds_key,
-    server_scale_markdown,
-    summary_markdown,
-    targets,
-)
+from kb_retrieval.bench.run import PARTS, previous_figures, seconds_key
 from kb_retrieval.bench.speed import latency_at_scale, server_scale, server_targets
+from kb_retrieval.bench.summary import server_scale_markdown, summary_markdown
+from kb_retrieval.bench.targets import targets
 from kb_retrieval.cli import build_parser
 from tests.conftest import SAMPLE_KB
 

@@ -122,14 +122,21 @@ class MemoModel:
 
     ``embed_query`` serialises every model call behind one process-wide lock, so concurrency never reaches the
     model itself; on a 2-core machine shared with other work its ~10-250 ms per call would be most of this test's
-    time while testing nothing new. Everything after the embedding runs for real.
+    time while testing nothing new. Everything after the embedding runs for real. Any other text goes to the model:
+    the knowledge base's own pseudo-queries, embedded when a collection without a stored ranking fit or calibration
+    is first opened (the server variant's fresh collection).
     """
 
     def __init__(self, model: Any, queries: Iterable[str]) -> None:
+        self._model = model
         self._vectors = {q: list(model.get_query_embedding(q)) for q in queries}
 
     def get_query_embedding(self, query: str) -> list[float]:
-        return list(self._vectors[query])
+        known = self._vectors.get(query)
+        return list(known) if known is not None else list(self._model.get_query_embedding(query))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
 
 
 def _raw_rows(store: TraceStore) -> list[tuple[str, Any]]:
