@@ -306,6 +306,12 @@ class KBSettings(BaseSettings):
     )
     category_field: str = Field(default="category", description="Scalar field of the category (the L0 domain filter).")
     source_field: str = Field(default="source", description="Field of the source id (path relative to the KB root).")
+    title_field: str = Field(
+        default="",
+        description="Field holding each chunk's title in a collection without the metadata field (stock "
+        "MilvusVectorStore keeps node metadata as dynamic fields: 'title', or TitleExtractor's 'document_title'); "
+        "'': the metadata field's title, or for such a collection the first of those dynamic keys it holds.",
+    )
     lexical_text_field: str = Field(
         default="lexical_text",
         description="Analysed text of each chunk (header, content, identifier parts; Milvus' analyser on), the input "

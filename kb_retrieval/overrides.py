@@ -50,6 +50,7 @@ FIXED: dict[str, str] = {
             "metadata_field",
             "category_field",
             "source_field",
+            "title_field",
             "lexical_text_field",
             "sparse_field",
             "dim",

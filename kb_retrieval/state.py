@@ -43,6 +43,7 @@ from kb_retrieval.retrieval.calibration import Background, background_of
 from kb_retrieval.retrieval.deadline import Deadline
 from kb_retrieval.retrieval.exact import ExactIdentifierIndex, named_terms
 from kb_retrieval.retrieval.l0_hints import L0HintProvider
+from kb_retrieval.retrieval.l1.base import title_of
 from kb_retrieval.retrieval.l1.memory import MemoryMirror, MirrorTooLargeError
 from kb_retrieval.retrieval.rank_fit import RankFit, load_fit
 
@@ -221,11 +222,13 @@ def build_lexical(
     """BM25 (in process only: text with its header) and the exact-identifier index over the chunks the collection
     holds now, from one scan (or from ``read``: rows already read, with the same fields)."""
     s = settings
-    fields = [f for f in (s.id_field, s.content_field, s.category_field, s.metadata_field, s.source_field) if f]
+    fields = [s.id_field, s.content_field, s.category_field, s.metadata_field, s.source_field, s.title_field]
+    fields = list(dict.fromkeys(f for f in fields if f))
     rows = []
     for row in read if read is not None else iter_rows(client, s, fields):
         meta = (row.get(s.metadata_field) if s.metadata_field else None) or {}
-        text = lexical_document(meta.get("title"), meta.get("breadcrumb"), row.get(s.content_field, ""))
+        title = meta.get("title") or title_of(s, row)
+        text = lexical_document(title, meta.get("breadcrumb"), row.get(s.content_field, ""))
         category = (row.get(s.category_field) if s.category_field else None) or ""
         rows.append((str(row[s.id_field]), str(row.get(s.source_field) or ""), text, category))
     in_process = lexical_mode == "in_process_bm25"

@@ -120,3 +120,45 @@ def test_a_stock_collection_of_simple_directory_reader_files_names_its_documents
         assert result.found and result.evidence_blocks[0].source == expected, (key, mode)
         assert all(block.source.endswith(".md") for block in result.evidence_blocks)  # files, no UUIDs
         lookup.close()
+
+
+def test_a_stock_collection_keeps_its_titles_from_node_metadata(tmp_path: Path, embed_model) -> None:
+    """Issue 38 item 6: a node's ``title`` (or ``TitleExtractor``'s ``document_title``) kept by ``MilvusVectorStore``
+    as a dynamic field is each candidate's title on every path and plan, found without configuration; a
+    ``KB_TITLE_FIELD`` the collection lacks is refused by name."""
+    import pytest
+
+    from kb_retrieval.indexing.milvus import SchemaMismatchError
+
+    stock = {"id_field": "id", "content_field": "text", "vector_field": "embedding", "metric": "IP"}
+    for key in ("title", "document_title"):
+        uri = str(tmp_path / f"{key}.db")
+        store = MilvusVectorStore(uri=uri, collection_name="stock", dim=384, overwrite=True)
+        paths = sorted(SAMPLE_KB.glob("redis/*.md")) + sorted(SAMPLE_KB.glob("mysql/*.md"))
+        documents = [
+            Document(
+                text=p.read_text(encoding="utf-8"),
+                id_=str(p.relative_to(SAMPLE_KB)),
+                metadata={key: f"Runbook {p.stem.replace('-', ' ')}"},
+            )
+            for p in paths
+        ]
+        VectorStoreIndex.from_documents(
+            documents, storage_context=StorageContext.from_defaults(vector_store=store), embed_model=embed_model
+        )
+        store.client.close()
+        settings = KBSettings(
+            state_dir=tmp_path / key, milvus_uri=uri, collection="stock", source_field="doc_id", **stock
+        )
+        for mode, plan in (("sdk", "milvus"), ("vectorstore", "milvus"), ("auto", "memory")):
+            update = {"vector_store_mode": mode, "lookup_plan": plan}
+            lookup = KnowledgeLookup(settings.model_copy(update=update), embed_model=embed_model)
+            assert lookup.settings.title_field == key, (key, mode)
+            result = lookup.lookup(ALERT)
+            first = result.evidence_blocks[0]
+            assert first.source == "redis/memory-usage-high.md", (key, mode)
+            assert first.title == "Runbook memory usage high", (key, mode)
+            assert all(block.title and block.title.startswith("Runbook ") for block in result.evidence_blocks)
+            lookup.close()
+    with pytest.raises(SchemaMismatchError, match=r"no field or dynamic key 'heading'.*KB_TITLE_FIELD"):
+        KnowledgeLookup(settings.model_copy(update={"title_field": "heading"}), embed_model=embed_model)

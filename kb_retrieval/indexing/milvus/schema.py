@@ -264,6 +264,9 @@ def validate_collection(client: MilvusClient, settings: Settings) -> None:
             problems.append(f"missing field '{field_name}' ({data_type.name})" + _stock_hint(field_name, settings))
         elif found["type"] != data_type:
             problems.append(f"field '{field_name}' is {found['type'].name}, expected {data_type.name}")
+    title = settings.title_field
+    if title and title not in fields and not _dynamic_key(client, name, description, title):
+        problems.append(f"no field or dynamic key '{title}' holding text (KB_TITLE_FIELD)")
     vector = fields.get(settings.vector_field)
     if vector is not None and vector["type"] == DataType.FLOAT_VECTOR:
         dim = int(vector.get("params", {}).get("dim", -1))
@@ -316,7 +319,24 @@ def without_missing_fields(client: MilvusClient, settings: Settings) -> Settings
         update["category_field"] = ""
     if "metadata" in off:
         update["metadata_field"] = ""
+        if not settings.title_field and (title := stock_title_key(client, settings)):
+            update["title_field"] = title
     return settings.model_copy(update=update) if update else settings
+
+
+#: Node metadata keys that hold a title in a collection written by stock LlamaIndex (``MilvusVectorStore`` keeps
+#: node metadata as dynamic fields): a reader's or the user's ``title``, ``TitleExtractor``'s ``document_title``.
+STOCK_TITLE_KEYS = ("title", "document_title")
+
+
+def stock_title_key(client: MilvusClient, settings: Settings) -> str | None:
+    """The first of :data:`STOCK_TITLE_KEYS` the collection keeps as a dynamic field holding text, or None."""
+    description = client.describe_collection(settings.collection)
+    fields = {f["name"] for f in description["fields"]}
+    for key in STOCK_TITLE_KEYS:
+        if key in fields or _dynamic_key(client, settings.collection, description, key):
+            return key
+    return None
 
 
 def _index_metric(client: MilvusClient, collection: str, field: str) -> str | None:

@@ -116,6 +116,7 @@ class TwoPaths(Protocol):
 def output_fields(settings: Settings) -> list[str]:
     """The fields a search returns with each hit (those the collection has)."""
     fields = [settings.content_field, settings.source_field, settings.category_field, settings.metadata_field]
+    fields += [settings.title_field] if settings.title_field not in fields else []
     return [f for f in fields if f]  # "" = the collection has no such field
 
 
@@ -134,7 +135,7 @@ def to_candidate(
     return Candidate(
         chunk_id=str(chunk_id),
         source=str(fields.get(settings.source_field) or meta.get("source") or chunk_id),
-        title=meta.get("title"),
+        title=meta.get("title") or title_of(settings, fields),
         breadcrumb=meta.get("breadcrumb"),
         category=(fields.get(settings.category_field) if settings.category_field else None) or None,
         content=content,
@@ -149,6 +150,13 @@ def to_candidate(
         doc_hash=meta.get("doc_hash"),
         ingested_at=_number(meta.get("ingested_at")),
     )
+
+
+def title_of(settings: Settings, fields: dict[str, Any]) -> str | None:
+    """The title a collection without our metadata field keeps in ``title_field`` (a stock collection's node
+    metadata), or None."""
+    title = fields.get(settings.title_field) if settings.title_field else None
+    return title if isinstance(title, str) and title else None
 
 
 def rescored(candidate: Candidate, raw_score: float) -> Candidate:
