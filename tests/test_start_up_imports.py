@@ -152,3 +152,24 @@ def test_memory_plan_lookup_with_deferred_package_inits_loads_no_llama_index_ind
     # The check can fail: the same lookup without the deferral runs llama_index.core's __init__ and all it imports.
     plain = _lookup_report(state, "plain")
     assert plain["found"] is True and "llama_index.core.indices.base" in plain["loaded"]
+
+
+def test_the_cli_lookup_defers_llama_index_package_inits(tmp_path) -> None:
+    """``kb-retrieval lookup`` in a process of its own (``-X importtime`` lists every module it imports): the memory
+    plan's lookup answers without importing ``llama_index.core.indices``; an import the CLI makes before the lookup
+    would show here."""
+    state = tmp_path / "state"
+    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
+    ingested = subprocess.run(
+        [sys.executable, "-c", INGEST_SCRIPT, str(state), str(SAMPLE_KB)], capture_output=True, text=True, env=env
+    )
+    assert ingested.returncode == 0, ingested.stderr[-2000:]
+    query = "RedisMemoryHigh: used_memory above 90% of maxmemory"
+    command = [sys.executable, "-X", "importtime", "-m", "kb_retrieval.cli", "lookup", "--state-dir", str(state)]
+    proc = subprocess.run([*command, "--json", query], capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout)
+    assert result["found"] is True and result["retrievalTrace"]["attempts"][0]["path"] == "memory"
+    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "kb_retrieval.engine" in imported  # the listing is complete enough to tell
+    assert not {"llama_index.core.indices.base", "llama_index.core.chat_engine", "torch"} & imported

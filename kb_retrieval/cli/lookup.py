@@ -50,6 +50,11 @@ def run(args: argparse.Namespace) -> int:
         return _lookup_through_server(server_url, cases, args)
     require_knowledge_base(settings)
 
+    # This process is the CLI's own: LlamaIndex's package __init__ files (its indices, chat engines...) run only if
+    # something asks for them, which a lookup through the memory plan never does (kb_retrieval.deferred_imports).
+    from kb_retrieval.deferred_imports import defer_package_inits
+
+    defer_package_inits()
     from kb_retrieval.engine import KnowledgeLookup
     from kb_retrieval.terminal import lookup_text
     from kb_retrieval.traces import TraceStore
