@@ -209,7 +209,7 @@ def json_text(data: Any) -> str:
 
 
 def replace_marked_section(text: str, start: str, end: str, body: str) -> str:
-    """``text`` with what lies between the ``start`` and ``end`` marker lines replaced by ``body`` (the markers
+    r"""``text`` with what lies between the ``start`` and ``end`` marker lines replaced by ``body`` (the markers
     kept); ``text`` unchanged when either marker is missing.
 
     Example:

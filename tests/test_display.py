@@ -161,12 +161,3 @@ def test_comparison_report_displays_and_tabulates():
     assert "**comparison of the current path" in report._repr_markdown_()
     pytest.importorskip("pandas")
     assert list(report.to_dataframe()["case"]) == [c.case_id for c in cases]
-
-
-@pytest.mark.parametrize("module", ["kb_retrieval.display", "kb_retrieval.terminal"])
-def test_docstring_examples(module):
-    import doctest
-    import importlib
-
-    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 0 and result.failed == 0

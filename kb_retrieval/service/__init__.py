@@ -9,7 +9,11 @@ over the pipeline, like ``as_tool()``:
     alertmanager.py  an Alertmanager webhook payload -> one query per firing alert
     mcp.py           the ``lookup_knowledge`` MCP tool
     security.py      bearer token, request size limit, the structured access log
-    app.py           the routes (thin) and the app's lifespan
+    app.py           ``create_app``: the shared state on ``app.state``, middleware, routers, the app's lifespan
+    routes.py        the JSON API's routes (an ``APIRouter``, thin): /healthz, /v1/lookup, /v1/alertmanager, /v1/traces
+    dependencies.py  what a route needs (runner, lookup, settings), injected by ``Depends`` from ``app.state``
+    errors.py        the one error shape (``{"error": ...}``) and the exception handlers
+    page.py          the retrieval-test page and /docs (an ``APIRouter``, outside the OpenAPI document)
     server.py        the ``serve`` command: build the lookup once, run uvicorn, drain the traces on SIGTERM
     client.py        what ``kb-retrieval lookup --server URL`` sends (standard library only)
     page/index.html  the retrieval-test page served at ``/``

@@ -115,10 +115,11 @@ class LookupRequest(BaseModel):
     """``POST /v1/lookup``: a query, an optional scope and setting overrides for this lookup only.
 
     Example:
-        >>> LookupRequest(query="RedisMemoryHigh on cache-01", settings={"max_evidence_blocks": 3}).settings
-        LookupOverrides(top_k=None, max_evidence_blocks=3, ...)  # doctest: +SKIP
-        >>> LookupRequest(query="replica lag", filters={"filters": [{"key": "category", "value": "mysql"}]}).filters
-        ScopeFilters(filters=[ScopeFilter(key='category', value='mysql', ...)], ...)  # doctest: +SKIP
+        >>> LookupRequest(query="RedisMemoryHigh on cache-01", settings={"max_evidence_blocks": 3}).overrides()
+        {'max_evidence_blocks': 3}
+        >>> request = LookupRequest(query="replica lag", filters={"filters": [{"key": "category", "value": "mysql"}]})
+        >>> request.filters.filters[0]
+        ScopeFilter(key='category', value='mysql', operator=<FilterOperator.EQ: '=='>)
     """
 
     model_config = ConfigDict(extra="forbid")

@@ -23,8 +23,8 @@ from kb_retrieval.config import ScoringSettings
 from kb_retrieval.models import LookupResult
 from kb_retrieval.output import result_json
 from kb_retrieval.result import relevance
+from kb_retrieval.service.dependencies import Lookup, Runner
 from kb_retrieval.service.models import LookupRequest
-from kb_retrieval.service.runner import LookupRunner
 from kb_retrieval.terminal import (
     completeness_in_words,
     matched_sections,
@@ -77,13 +77,12 @@ def docs_script() -> Response:
 
 
 @router.post("/page/lookup")
-async def page_lookup(body: LookupRequest, request: Request) -> Response:
+async def page_lookup(body: LookupRequest, request: Request, runner: Runner, lookup: Lookup) -> Response:
     """What ``POST /v1/lookup`` answers, with the page's view of it beside."""
-    runner: LookupRunner = request.app.state.runner
     request.scope["state"]["access"]["query"] = body.query
     runner.check_length(body.query)
     result = await runner.lookup(body.query, body.overrides(), filters=body.filters)
-    scoring = request.app.state.lookup.settings.scoring
+    scoring = lookup.settings.scoring
     text = '{"result": ' + result_json(result.to_json_dict()) + ', "view": ' + result_json(page_view(result, scoring))
     return Response(text + "}", media_type="application/json")
 

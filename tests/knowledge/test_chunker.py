@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
 import itertools
 import re
 
@@ -212,11 +211,6 @@ def test_property_every_chunk_within_limit_and_every_word_kept(
     chunks = chunk_document(doc("## S\n\n" + "\n\n".join(blocks) + "\n"), chunk_tokens=chunk_tokens, overlap=overlap)
     assert all(count_tokens(c.content) <= chunk_tokens for c in chunks)
     assert set(words_of(" ".join(c.content for c in chunks))) == {f"w{i}" for i in range(start)}
-
-
-def test_docstring_example() -> None:
-    result = doctest.testmod(chunker, verbose=False)
-    assert result.attempted > 0 and result.failed == 0
 
 
 def test_runbook_breadcrumbs_hold_the_headings_the_golden_set_expects() -> None:

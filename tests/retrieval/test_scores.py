@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import doctest
 import math
 
 import numpy as np
 import pytest
 
 from kb_retrieval.models import ScoreLabel
-from kb_retrieval.retrieval import scores
 from kb_retrieval.retrieval.scores import normalised_similarity
 
 pytestmark = pytest.mark.unit
@@ -61,8 +59,3 @@ def test_l2_on_unit_vectors_equals_cosine() -> None:
         )
     assert normalised_similarity(float(squared_l2[0]), ScoreLabel.L2) == pytest.approx(1.0)
     assert normalised_similarity(float(squared_l2[1]), ScoreLabel.L2) == 0.0
-
-
-def test_docstring_examples() -> None:
-    result = doctest.testmod(scores, verbose=False)
-    assert result.attempted > 0 and result.failed == 0

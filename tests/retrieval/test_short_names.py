@@ -4,11 +4,8 @@ on-call engineer's own words (written for these tests, not taken from the public
 
 from __future__ import annotations
 
-import doctest
-
 import pytest
 
-import kb_retrieval.retrieval.short_names as short_names_module
 from kb_retrieval.retrieval.query_transform import transform_query
 from kb_retrieval.retrieval.short_names import expand_short_names
 
@@ -53,12 +50,6 @@ def test_a_short_name_that_is_one_gets_its_kind(query: str, expected: str, readi
 )
 def test_a_short_name_that_can_be_something_else_is_left_as_written(query: str) -> None:
     assert expand_short_names(query) == (query, [])
-
-
-@pytest.mark.unit
-def test_the_module_example_runs() -> None:
-    result = doctest.testmod(short_names_module, verbose=False)
-    assert result.attempted > 0 and result.failed == 0
 
 
 @pytest.mark.unit

@@ -13,7 +13,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from kb_retrieval.config import Settings
-from kb_retrieval.service import app as app_module
+from kb_retrieval.service import routes
 from kb_retrieval.service.app import create_app
 
 pytestmark = pytest.mark.unit
@@ -27,7 +27,7 @@ def _client(monkeypatch, chunks: int) -> TestClient:
         client=None,
         traces=SimpleNamespace(stored_query=lambda text: text),
     )
-    monkeypatch.setattr(app_module, "count_rows", lambda client, settings: chunks)
+    monkeypatch.setattr(routes, "count_rows", lambda client, settings: chunks)
     return TestClient(create_app(lookup), base_url="http://127.0.0.1")  # type: ignore[arg-type]
 
 

@@ -25,7 +25,7 @@ from kb_retrieval.bench.serve import post_json
 from kb_retrieval.models import LookupResult
 from kb_retrieval.terminal import matched_sections, not_found_lines, pack_mark, why
 from tests.service.browser import FLAGS, browser, chromium
-from tests.service.conftest import CONNECTIONS, HOSTILE_SOURCE
+from tests.service.conftest import CONNECTIONS, HOSTILE_SOURCE, without_timings
 
 pytestmark = pytest.mark.timeout(600)
 IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
@@ -70,6 +70,18 @@ def expected_blocks(result: LookupResult) -> list[dict]:
         }
         for block in result.evidence_blocks
     ]
+
+
+def test_the_pages_route_answers_what_the_api_does_with_its_view_beside(served):
+    """``/page/lookup`` (no browser): the ``/v1/lookup`` JSON, and the view's blocks in the result's order."""
+    status, page = post_json(f"{served.url}/page/lookup", {"query": CONNECTIONS})
+    api_status, api = post_json(f"{served.url}/v1/lookup", {"query": CONNECTIONS})
+    assert status == api_status == 200, (page, api)
+    assert without_timings(page["result"]) == without_timings(api)
+    result = LookupResult.model_validate(page["result"])
+    assert result.evidence_blocks
+    view = [(block["source"], block["pack"]) for block in page["view"]["blocks"]]
+    assert view == [(b.source, pack_mark(result.context_pack.summary, b.source)) for b in result.evidence_blocks]
 
 
 def test_the_page_runs_a_query_and_shows_content_as_text(served, tmp_path):
