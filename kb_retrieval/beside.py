@@ -2,7 +2,7 @@
 
 The core never imports the sidecar package: it knows only these protocols. A comparison runner is either handed
 to :class:`~kb_retrieval.engine.KnowledgeLookup` (``beside=...``) or, when ``sidecar_enabled`` is set, created
-from the dotted factory named by ``Settings.sidecar_factory`` (``"sidecar.runner:SidecarRunner"`` by default),
+from the dotted factory named by ``KBSettings.sidecar_factory`` (``"sidecar.runner:SidecarRunner"`` by default),
 which is called as ``factory(settings, embed_model)``. Its run never changes the main result; the trace row
 records :meth:`BesideRun.trace_entry`.
 
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from llama_index.core.base.embeddings.base import BaseEmbedding
 
-    from kb_retrieval.config import Settings
+    from kb_retrieval.config import KBSettings
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class UnavailableRunner:
         return UnavailableRun(self.reason)
 
 
-def load_runner(dotted: str, settings: Settings, embed_model: BaseEmbedding) -> BesideRunner:
+def load_runner(dotted: str, settings: KBSettings, embed_model: BaseEmbedding) -> BesideRunner:
     """Create the runner named ``"package.module:Factory"`` (imported only here, only when enabled).
 
     A factory that cannot be imported or called never fails the lookup's construction: the runner is then an

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import SecretStr, ValidationError
 
-from kb_retrieval.config import Settings, mask_secrets
+from kb_retrieval.config import KBSettings, mask_secrets
 
 #: Command-line options that set a settings field: option dest -> (flag, field).
 SETTINGS_FLAGS: dict[str, tuple[str, str]] = {
@@ -35,7 +35,7 @@ SETTINGS_FLAGS: dict[str, tuple[str, str]] = {
     "batch_size": ("--batch-size", "embed_batch_size"),
     "threads": ("--threads", "embed_threads"),
 }
-#: Settings holding a URL: its password is masked where the URL parses, and a URL that does not parse is not shown.
+#: KBSettings holding a URL: its password is masked where the URL parses, and a URL that does not parse is not shown.
 _URL_FIELDS = frozenset({"milvus_uri", "trace_db_url"})
 #: Secrets of the settings built in this process, masked in every message the CLI prints.
 _SECRETS: set[str] = set()
@@ -71,7 +71,7 @@ def add_lookup_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def settings_from_args(args: argparse.Namespace, **updates: Any) -> Settings:
+def settings_from_args(args: argparse.Namespace, **updates: Any) -> KBSettings:
     """The settings: ``KB_*`` environment and defaults, overridden by the flags given and then by ``updates``.
 
     Raises:
@@ -86,7 +86,7 @@ def settings_from_args(args: argparse.Namespace, **updates: Any) -> Settings:
             flags[field] = flag
     overrides.update(updates)
     try:
-        settings = Settings(**overrides)
+        settings = KBSettings(**overrides)
     except ValidationError as error:
         raise CliError(describe_settings_error(error, flags)) from None
     _SECRETS.update(settings.secret_values())
@@ -106,7 +106,7 @@ def describe_settings_error(error: ValidationError, flags: dict[str, str] | None
 
     Example:
         >>> try:
-        ...     Settings(metric="cosine2")
+        ...     KBSettings(metric="cosine2")
         ... except ValidationError as error:
         ...     print(describe_settings_error(error))
         invalid setting KB_METRIC='COSINE2': Input should be 'COSINE', 'IP' or 'L2'
@@ -138,7 +138,7 @@ def describe_environment_error(error: Exception) -> str:
     if found is None:
         name = "a KB_* variable"
     else:  # a field the pipeline's settings do not have is the server's (KB_SERVER_*)
-        name = ("KB_" if found.group(1) in Settings.model_fields else "KB_SERVER_") + found.group(1).upper()
+        name = ("KB_" if found.group(1) in KBSettings.model_fields else "KB_SERVER_") + found.group(1).upper()
     cause = error.__cause__
     why = f": {cause.msg} at column {cause.colno}" if isinstance(cause, json.JSONDecodeError) else ""
     return mask_message(f"invalid setting {name}: cannot parse its value (JSON expected for a list or a mapping){why}")
@@ -147,7 +147,7 @@ def describe_environment_error(error: Exception) -> str:
 def _is_secret(field: str) -> bool:
     if field in _URL_FIELDS:  # a password in a URL that does not parse cannot be found to be masked: never shown
         return True
-    info = Settings.model_fields.get(field)
+    info = KBSettings.model_fields.get(field)
     return info is not None and info.annotation in (SecretStr, "SecretStr")
 
 

@@ -7,7 +7,7 @@ Every path, URI, mode, threshold and budget is named and documented here once. C
 environment; the environment overrides the defaults.
 
 Example:
-    >>> settings = Settings(state_dir="/tmp/kb", vector_store_mode="sdk")
+    >>> settings = KBSettings(state_dir="/tmp/kb", vector_store_mode="sdk")
     >>> settings.resolved_milvus_uri().endswith("milvus.db")
     True
 """
@@ -15,8 +15,9 @@ Example:
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator, model_validator
@@ -34,7 +35,6 @@ __all__ = [
     "LookupPlan",
     "Metric",
     "ScoringSettings",
-    "Settings",
     "VectorStoreMode",
     "mask_secrets",
     "mask_url",
@@ -466,7 +466,7 @@ class KBSettings(BaseSettings):
     document_ranking: bool = Field(
         default=True,
         description="Rank documents by their title, summary and whole-text vectors with the chunk signals "
-        "(Settings.scoring.rank_*); off, or without document vectors, the rule reranker's score ranks them.",
+        "(KBSettings.scoring.rank_*); off, or without document vectors, the rule reranker's score ranks them.",
     )
     expand_documents: bool = Field(
         default=True,
@@ -607,5 +607,12 @@ class KBSettings(BaseSettings):
         return self.state_dir / "l0" / f"{self.collection}.json"
 
 
-#: The former name, kept as an alias.
-Settings = KBSettings
+def __getattr__(name: str) -> Any:
+    if name == "Settings":  # the former name: it clashes with llama_index.core.Settings in code importing both
+        warnings.warn(
+            "kb_retrieval.config.Settings is deprecated: use KBSettings (the same class)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return KBSettings
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 
 from llama_index.core.schema import NodeWithScore
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.models import Candidate
 from kb_retrieval.retrieval.l1.base import to_candidate
 from sidecar.models import PREVIEW_CHARS, SIDECAR_PATH, ComparableResult
@@ -32,7 +32,7 @@ def from_main_ranking(ranking: Sequence[Candidate], preview_chars: int = PREVIEW
 
 
 def from_sidecar_nodes(
-    nodes: Iterable[NodeWithScore], settings: Settings, preview_chars: int = PREVIEW_CHARS
+    nodes: Iterable[NodeWithScore], settings: KBSettings, preview_chars: int = PREVIEW_CHARS
 ) -> list[ComparableResult]:
     """The stock retriever's chunks as comparable results: mapped like the main path's, deduped by source.
 

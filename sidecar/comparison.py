@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.evaluation.fixtures import Fixture, FixtureCandidate
 from kb_retrieval.evaluation.golden import GoldenCase, load_golden
 from kb_retrieval.evaluation.hit_levels import CaseResult, CaseStatus, classify_case
@@ -412,7 +412,7 @@ def run_comparison(
 
 
 def build_report(
-    cases: Sequence[GoldenCase], comparisons: Sequence[CaseComparison], golden: str, k: int, settings: Settings
+    cases: Sequence[GoldenCase], comparisons: Sequence[CaseComparison], golden: str, k: int, settings: KBSettings
 ) -> CompareReport:
     """Aggregate the case comparisons into the report."""
     statuses = Counter(c.sidecar.status for c in comparisons)

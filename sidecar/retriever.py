@@ -7,7 +7,7 @@ the store attached to our collection exactly as the main ``vectorstore`` path at
 hints, no category filter, no rerank, no evidence threshold: it answers the raw query with Milvus's top chunks.
 
 Example:
-    >>> retriever = make_sidecar_retriever(Settings(state_dir=".kb-state/demo"), embed_model)  # doctest: +SKIP
+    >>> retriever = make_sidecar_retriever(KBSettings(state_dir=".kb-state/demo"), embed_model)  # doctest: +SKIP
     >>> retriever.retrieve("RedisMemoryHigh on cache-01")[0].node.metadata["source"]  # doctest: +SKIP
     'redis/memory-usage-high.md'
 """
@@ -18,12 +18,12 @@ from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.milvus import connect, ensure_collection
 from kb_retrieval.retrieval.l1.vectorstore import make_vector_store
 
 
-def make_sidecar_retriever(settings: Settings, embed_model: BaseEmbedding, top_k: int | None = None) -> BaseRetriever:
+def make_sidecar_retriever(settings: KBSettings, embed_model: BaseEmbedding, top_k: int | None = None) -> BaseRetriever:
     """A ``VectorIndexRetriever`` over the configured collection, returning ``top_k`` chunks (default ``top_k``).
 
     Raises ``MilvusUnavailableError`` (server unreachable), ``SchemaMismatchError`` (collection missing or not

@@ -36,7 +36,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import QueryBundle
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.models import ScoreLabel
 from sidecar.comparable import from_sidecar_nodes
@@ -110,7 +110,7 @@ class SidecarRunner:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: KBSettings,
         embed_model: BaseEmbedding,
         *,
         factory: RetrieverFactory | None = None,

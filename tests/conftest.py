@@ -53,11 +53,11 @@ def embed_model():
 
 @pytest.fixture(scope="session")
 def sample_settings(tmp_path_factory: pytest.TempPathFactory, embed_model):
-    """Settings of a state dir holding the sample KB, ingested once per session (Milvus Lite, COSINE)."""
-    from kb_retrieval.config import Settings
+    """KBSettings of a state dir holding the sample KB, ingested once per session (Milvus Lite, COSINE)."""
+    from kb_retrieval.config import KBSettings
     from kb_retrieval.indexing.ingest import ingest
 
-    settings = Settings(state_dir=tmp_path_factory.mktemp("sample-state"), vector_store_mode="sdk")
+    settings = KBSettings(state_dir=tmp_path_factory.mktemp("sample-state"), vector_store_mode="sdk")
     ingest([SAMPLE_KB], settings, embed_model=embed_model)
     return settings
 
@@ -65,14 +65,14 @@ def sample_settings(tmp_path_factory: pytest.TempPathFactory, embed_model):
 @pytest.fixture(scope="session")
 def runbooks_lookup(tmp_path_factory: pytest.TempPathFactory, embed_model) -> Iterator[object]:
     """A lookup over the shared runbooks corpus (../shared/corpora/runbooks), ingested once per session."""
-    from kb_retrieval.config import Settings
+    from kb_retrieval.config import KBSettings
     from kb_retrieval.engine import KnowledgeLookup
     from kb_retrieval.indexing.ingest import ingest
 
     corpus = SHARED / "corpora" / "runbooks"
     if not corpus.is_dir():
         pytest.fail(f"the shared runbooks corpus is missing at {corpus} (../shared beside the repository)")
-    settings = Settings(state_dir=tmp_path_factory.mktemp("runbooks-state"), vector_store_mode="sdk")
+    settings = KBSettings(state_dir=tmp_path_factory.mktemp("runbooks-state"), vector_store_mode="sdk")
     ingest([corpus], settings, embed_model=embed_model)
     lookup = KnowledgeLookup(settings)  # queries through the ONNX export, as the CLI's
     yield lookup

@@ -15,7 +15,7 @@ import pytest
 from pydantic import ValidationError
 
 from kb_retrieval.cli import build_parser, main
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from tests.conftest import REPO, SAMPLE_KB
 from tests.support.kb import offline_env
 
@@ -118,7 +118,7 @@ def test_stats_prints_readable_text_and_json_for_scripts(kb, tmp_path, capsys, e
 def test_lowercase_metric_is_accepted_and_a_bad_setting_names_its_variable(kb, tmp_path, capsys, monkeypatch):
     state = str(tmp_path / "state")
     monkeypatch.setenv("KB_METRIC", "cosine")
-    assert Settings().metric == "COSINE"
+    assert KBSettings().metric == "COSINE"
     monkeypatch.setenv("KB_METRIC", "cosinus")
     code, out, err = run(capsys, "ingest", str(kb), "--state-dir", state)
     assert code == 2 and out == ""
@@ -281,13 +281,13 @@ def test_password_in_the_milvus_uri_is_masked(kb, tmp_path, capsys, command):
 
 def test_token_is_a_secret_and_never_in_a_settings_error(kb, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("KB_MILVUS_TOKEN", "root:TOKEN-SECRET-1")
-    assert "TOKEN-SECRET-1" not in repr(Settings()) and Settings().milvus_token.get_secret_value().endswith("-1")
+    assert "TOKEN-SECRET-1" not in repr(KBSettings()) and KBSettings().milvus_token.get_secret_value().endswith("-1")
     monkeypatch.setenv("KB_CHUNK_OVERLAP", "500")  # an error of the whole model: pydantic would show every input
     code, out, err = run(capsys, "ingest", str(kb), "--state-dir", str(tmp_path))
     assert code == 2 and "chunk_overlap (500) must be below chunk_tokens (220)" in err
     assert "TOKEN-SECRET" not in out + err
     with pytest.raises(ValidationError) as info:
-        Settings()
+        KBSettings()
     assert "TOKEN-SECRET" not in str(info.value)  # the library's own error, too
 
 

@@ -140,7 +140,7 @@ def test_evaluation_report_displays_and_tabulates():
 
 
 def test_comparison_report_displays_and_tabulates():
-    from kb_retrieval.config import Settings
+    from kb_retrieval.config import KBSettings
     from sidecar.comparison import build_report, compare_case
     from sidecar.models import disabled_run
 
@@ -151,7 +151,7 @@ def test_comparison_report_displays_and_tabulates():
         assert fixture is not None
         result = LookupResult.model_validate(fixture.result)
         comparisons.append(compare_case(case, result, [], disabled_run()))
-    report = build_report(cases, comparisons, "golden/sample-kb.jsonl", 5, Settings())
+    report = build_report(cases, comparisons, "golden/sample-kb.jsonl", 5, KBSettings())
     page = report._repr_html_()
     assert "comparison of the current path and the sidecar on golden/sample-kb.jsonl" in page
     assert "unavailable" in page  # the sidecar's status, said

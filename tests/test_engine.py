@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing.l0_index import L0Entry
 from kb_retrieval.models import EvidenceStatus
@@ -18,7 +18,7 @@ from kb_retrieval.retrieval.l1.base import L1Search
 ALERT = "RedisMemoryHigh: Redis memory usage above 90% of maxmemory on redis-cache-01:6379"
 
 
-def _lookup(settings: Settings, embed_model, **changes) -> KnowledgeLookup:
+def _lookup(settings: KBSettings, embed_model, **changes) -> KnowledgeLookup:
     return KnowledgeLookup(settings.model_copy(update=changes), embed_model=embed_model)
 
 
@@ -31,7 +31,7 @@ class EmptyPath:
         return L1Search(candidates=[], path="sdk")
 
 
-def _empty_l1(settings: Settings, embed_model) -> KnowledgeLookup:
+def _empty_l1(settings: KBSettings, embed_model) -> KnowledgeLookup:
     return KnowledgeLookup(settings, embed_model=embed_model, path=EmptyPath())
 
 

@@ -198,10 +198,14 @@ def test_postprocessors_and_the_retriever_are_public_and_settings_is_deprecated(
 
     with pytest.warns(DeprecationWarning, match="use kb_retrieval.KBSettings"):
         assert kb_retrieval.Settings is KBSettings
+    import kb_retrieval.config
+
+    with pytest.warns(DeprecationWarning, match="use KBSettings"):
+        assert kb_retrieval.config.Settings is KBSettings
     # The project itself never goes through the deprecated name.
     code = """
 import importlib, pkgutil, warnings
-warnings.filterwarnings("error", message="kb_retrieval.Settings")
+warnings.filterwarnings("error", message=r"kb_retrieval(\\.config)?\\.Settings is deprecated")
 import kb_retrieval, sidecar
 for pkg in (kb_retrieval, sidecar):
     for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):

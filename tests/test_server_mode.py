@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pymilvus import DataType
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.indexing.index_version import index_version
@@ -24,8 +24,8 @@ pytestmark = pytest.mark.server
 
 
 @pytest.fixture(scope="module")
-def server_settings(milvus_server, tmp_path_factory, embed_model) -> Settings:
-    settings = Settings(
+def server_settings(milvus_server, tmp_path_factory, embed_model) -> KBSettings:
+    settings = KBSettings(
         state_dir=tmp_path_factory.mktemp("server-state"), milvus_uri=milvus_server.uri, collection="kb_server_test"
     )
     first = ingest([SAMPLE_KB / "redis", SAMPLE_KB / "mysql"], settings, embed_model=embed_model)
@@ -66,11 +66,11 @@ def test_crafted_category_filter_on_server(server_settings, embed_model):
 INGEST_ON_GO = (
     "import sys, time\n"
     "from pathlib import Path\n"
-    "from kb_retrieval.config import Settings\n"
+    "from kb_retrieval.config import KBSettings\n"
     "from kb_retrieval.indexing.embeddings import load_embed_model\n"
     "from kb_retrieval.indexing.ingest import ingest\n"
     "model = load_embed_model()\n"
-    "settings = Settings(state_dir=sys.argv[1], milvus_uri=sys.argv[2], collection=sys.argv[3])\n"
+    "settings = KBSettings(state_dir=sys.argv[1], milvus_uri=sys.argv[2], collection=sys.argv[3])\n"
     "print('ready', flush=True)\n"
     "while not Path(sys.argv[4]).exists():\n"
     "    time.sleep(0.01)\n"
@@ -92,7 +92,7 @@ def test_new_server_collection_gets_hnsw_and_session_consistency(server_settings
 
 
 def test_index_type_and_params_are_configurable(milvus_server, tmp_path, embed_model):
-    settings = Settings(
+    settings = KBSettings(
         state_dir=tmp_path / "state",
         milvus_uri=milvus_server.uri,
         collection="kb_server_ivf",
@@ -109,7 +109,7 @@ def test_index_type_and_params_are_configurable(milvus_server, tmp_path, embed_m
 
 
 def test_a_host_that_never_ingested_reads_the_same_l0_index(server_settings, tmp_path):
-    host_b = Settings(
+    host_b = KBSettings(
         state_dir=tmp_path / "empty-state", milvus_uri=server_settings.milvus_uri, collection=server_settings.collection
     )
     l0_b = L0Index.load_from_milvus(connect(host_b), host_b)
@@ -122,7 +122,7 @@ def test_a_host_that_never_ingested_reads_the_same_l0_index(server_settings, tmp
 @pytest.mark.timeout(600)
 def test_two_ingests_at_once_keep_both_l0_entries(milvus_server, tmp_path, embed_model):
     """Issue 14 item 8: two processes ingest two folders into one collection (one state dir) at the same moment."""
-    settings = Settings(state_dir=tmp_path / "state", milvus_uri=milvus_server.uri, collection="kb_server_concurrent")
+    settings = KBSettings(state_dir=tmp_path / "state", milvus_uri=milvus_server.uri, collection="kb_server_concurrent")
     ingest([SAMPLE_KB / "jvm"], settings, embed_model=embed_model)  # the collection exists; its first version
     first = index_version(connect(settings), settings)
     go = tmp_path / "go"
@@ -155,7 +155,7 @@ def test_two_ingests_at_once_keep_both_l0_entries(milvus_server, tmp_path, embed
 
 @pytest.mark.timeout(600)
 def test_index_version_shows_another_process_ingest(milvus_server, tmp_path, embed_model):
-    settings = Settings(state_dir=tmp_path / "reader", milvus_uri=milvus_server.uri, collection="kb_server_version")
+    settings = KBSettings(state_dir=tmp_path / "reader", milvus_uri=milvus_server.uri, collection="kb_server_version")
     ingest([SAMPLE_KB / "jvm"], settings, embed_model=embed_model)
     reader = connect(settings)
     before = index_version(reader, settings)
@@ -182,7 +182,7 @@ def test_index_version_shows_another_process_ingest(milvus_server, tmp_path, emb
 def test_iter_rows_reads_every_row_in_one_query_or_pages(milvus_server, tmp_path, monkeypatch):
     """A small collection in one strong query (Milvus 2.3's iterator waits a time tick per page); a large one by
     the query iterator; every row either way."""
-    settings = Settings(state_dir=tmp_path, milvus_uri=milvus_server.uri, collection="kb_server_rows")
+    settings = KBSettings(state_dir=tmp_path, milvus_uri=milvus_server.uri, collection="kb_server_rows")
     client = connect(settings)
 
     def fields(schema):
@@ -229,7 +229,7 @@ def test_a_second_host_with_an_empty_state_dir_gets_the_same_evidence(server_set
 @pytest.mark.timeout(600)
 def test_a_long_lived_lookup_sees_another_process_ingest_on_the_server(milvus_server, tmp_path, embed_model):
     """Issue 13: another process ingests a new document; the running lookup finds it within 10 s, no restart."""
-    settings = Settings(
+    settings = KBSettings(
         state_dir=tmp_path / "reader",
         milvus_uri=milvus_server.uri,
         collection="kb_server_fresh",

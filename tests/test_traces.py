@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.traces import TraceStore
 
 ALERT = "MySQLReplicationLag: replica is 340 seconds behind"
@@ -93,18 +93,18 @@ def test_query_text_can_be_hashed_or_redacted(tmp_path, sample_settings, embed_m
 
 
 def test_full_query_text_is_the_default(tmp_path, sample_lookup):
-    store = TraceStore.from_settings(Settings(state_dir=tmp_path))
+    store = TraceStore.from_settings(KBSettings(state_dir=tmp_path))
     assert store.query_mode == "full"
     result = sample_lookup.lookup(SECRET_ALERT)
     assert store.record(SECRET_ALERT, result) and store.rows()[-1].query == SECRET_ALERT
 
 
 def test_trace_query_setting_from_environment(monkeypatch):
-    assert TraceStore.from_settings(Settings()).wait is False  # rows are queued unless a lookup must wait for them
+    assert TraceStore.from_settings(KBSettings()).wait is False  # rows are queued unless a lookup must wait for them
     monkeypatch.setenv("KB_TRACE_QUERY", "hash")
     monkeypatch.setenv("KB_TRACE_TIMEOUT_S", "0.7")
     monkeypatch.setenv("KB_TRACE_WAIT", "true")
-    store = TraceStore.from_settings(Settings())
+    store = TraceStore.from_settings(KBSettings())
     assert (store.query_mode, store.timeout_s, store.wait) == ("hash", 0.7, True)
 
 

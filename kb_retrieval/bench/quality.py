@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kb_retrieval.bench.stock import build_stock, document_ranking
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.progress import progress_bar
 
 KS = (1, 3, 5)
@@ -172,7 +172,7 @@ def run_setting(
 
     roots = [shared / "corpora" / c for c in setting.corpora]
     # The default settings (on Milvus Lite: the memory plan), as a user has them.
-    settings = Settings(state_dir=state_root / setting.name, collection="kb_chunks")
+    settings = KBSettings(state_dir=state_root / setting.name, collection="kb_chunks")
     summary = ingest(roots, settings, embed_model=embed_model, progress=True)
     log(f"[{setting.name}] lookup_knowledge index: {summary.documents} documents, embedded {summary.chunks_embedded}")
     lookup = KnowledgeLookup(settings)  # queries embedded as a user's are (ONNX)
@@ -229,7 +229,7 @@ def run_setting(
     return results
 
 
-def chunks_over_model_max(client: Any, settings: Settings) -> tuple[int, int]:
+def chunks_over_model_max(client: Any, settings: KBSettings) -> tuple[int, int]:
     """(chunks whose embedded text is longer than the embedding model's maximum word pieces, chunks) in the
     collection, counted with the model's own tokenizer on the text each chunk was embedded from."""
     from kb_retrieval.indexing.embeddings import word_piece_limit

@@ -23,7 +23,7 @@ from kb_retrieval.bench.speed import (
 )
 from kb_retrieval.bench.summary import QUESTIONS_SET, summary_markdown, update_readme, write_report
 from kb_retrieval.bench.targets import targets
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 
 #: The serve part's concurrency levels: clients sending at once, each through ``serve --workers 1`` and N.
 SERVE_CLIENTS = (1, 4, 16)
@@ -56,7 +56,7 @@ def run_bench(shared: Path, out_dir: Path, state_root: Path, *, parts: set[str],
             report["quality"][setting.name] = run_setting(setting, shared, state_root, embed_model, _log)
     if "speed" in parts:
         # The settings a user has by default: on Milvus Lite, the memory plan.
-        settings = Settings(state_dir=state_root / "runbooks")
+        settings = KBSettings(state_dir=state_root / "runbooks")
         from kb_retrieval.indexing.ingest import ingest
 
         ingest([runbooks], settings, embed_model=embed_model, progress=True)
@@ -123,7 +123,7 @@ def run_server_scale(runbooks: Path, state_root: Path, queries: list[str], embed
     _remove_tree(state_dir)
     uri = os.environ.get(BENCH_MILVUS_URI_ENV)
     if uri:
-        settings = Settings(milvus_uri=uri)
+        settings = KBSettings(milvus_uri=uri)
         client = MilvusClient(uri=uri, token=settings.milvus_token.get_secret_value())
         for name in ("kb_bench_scale", "kb_bench_scale_l0", "kb_bench_scale_docs", "kb_bench_scale_meta"):
             if client.has_collection(name):
@@ -156,7 +156,7 @@ def run_serve_throughput(
     from kb_retrieval.indexing.ingest import ingest
     from kb_retrieval.indexing.milvus import release_lite
 
-    settings = Settings(state_dir=state_root / "runbooks")
+    settings = KBSettings(state_dir=state_root / "runbooks")
     ingest([runbooks], settings, embed_model=embed_model, progress=True)
     release_lite(settings)  # one process per Lite data dir: the servers', from here on
     most = workers or max(2, os.cpu_count() or 2)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from kb_retrieval.bench.milvus_server import pick_free_ports
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.milvus import release_lite
 
 
@@ -120,7 +120,7 @@ def post_json(url: str, payload: dict[str, Any], token: str = "", timeout_s: flo
         return exc.code, json.loads(exc.read() or b"null")
 
 
-def served_latency(settings: Settings, queries: Sequence[str], work_dir: Path, rounds: int = 3) -> dict[str, Any]:
+def served_latency(settings: KBSettings, queries: Sequence[str], work_dir: Path, rounds: int = 3) -> dict[str, Any]:
     """Warm lookup p50/p95 in process and through ``kb-retrieval serve`` (``POST /v1/lookup`` from this process),
     on the same state dir and queries; the difference of the p50s is the HTTP hop (JSON both ways included).
 

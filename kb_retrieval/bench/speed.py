@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -22,7 +22,7 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def warm_latency(
-    settings: Settings, query_sets: Mapping[str, Sequence[str]], embed_model: Any, rounds: int = 4
+    settings: KBSettings, query_sets: Mapping[str, Sequence[str]], embed_model: Any, rounds: int = 4
 ) -> dict[str, Any]:
     """Per query set (e.g. ``{"alerts": [...], "questions": [...]}``): p50/p95 of ``lookup_knowledge`` and of a stock
     ``VectorIndexRetriever`` over the same collection, twice: torch with its default threads and pinned to one
@@ -162,7 +162,7 @@ def whole_process(command: Sequence[str]) -> tuple[float, float]:
     return float(wall_s), int(peak_kib) / 1024  # ru_maxrss is in KiB on Linux
 
 
-def start_up(settings: Settings, embed_model: Any, query: str, *, runs: int = 3) -> dict[str, Any]:
+def start_up(settings: KBSettings, embed_model: Any, query: str, *, runs: int = 3) -> dict[str, Any]:
     """How long a ``KnowledgeLookup`` takes to build (the model already loaded: what a process pays after its
     imports), and a CLI lookup as a whole process from nothing: wall time and peak memory (median of ``runs``)."""
     import sys
@@ -206,7 +206,7 @@ def ingest_throughput(kb_root: Path, state_dir: Path) -> dict[str, Any]:
     from kb_retrieval.knowledge.chunker import chunk_document
     from kb_retrieval.knowledge.loader import load_knowledge_base
 
-    settings = Settings(state_dir=state_dir)
+    settings = KBSettings(state_dir=state_dir)
     encoder = passage_encoder(settings)
     documents = load_knowledge_base(kb_root).documents
     texts = [
@@ -302,9 +302,9 @@ def server_targets(sizes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _scale_settings(state_dir: Path, milvus_uri: str | None, collection: str) -> Settings:
+def _scale_settings(state_dir: Path, milvus_uri: str | None, collection: str) -> KBSettings:
     """The default settings on Milvus Lite (the memory plan); the sdk path on a server (the milvus plan)."""
-    return Settings(
+    return KBSettings(
         state_dir=state_dir,
         collection=collection,
         vector_store_mode="sdk" if milvus_uri else "auto",
@@ -437,7 +437,7 @@ def _grow_and_measure(
 FILLER_WORDS = 120
 
 
-def _filler_row(settings: Settings, number: int, vector: np.ndarray, text: str, full_text: bool) -> dict[str, Any]:
+def _filler_row(settings: KBSettings, number: int, vector: np.ndarray, text: str, full_text: bool) -> dict[str, Any]:
     """A synthetic chunk: a random unit vector and text of the corpus' words, analysed for BM25 as ingest does."""
     from kb_retrieval.retrieval.bm25 import analysed_text, lexical_document
 
@@ -454,7 +454,7 @@ def _filler_row(settings: Settings, number: int, vector: np.ndarray, text: str, 
     return row
 
 
-def _wait_until_indexed(client: Any, settings: Settings, timeout_s: float = 900) -> float:
+def _wait_until_indexed(client: Any, settings: KBSettings, timeout_s: float = 900) -> float:
     """Seconds until the server reports no row waiting for the vector index (segments are indexed once sealed)."""
     started = time.perf_counter()
     while time.perf_counter() - started < timeout_s:
@@ -467,11 +467,11 @@ def _wait_until_indexed(client: Any, settings: Settings, timeout_s: float = 900)
 
 def _raw_search(
     client: Any,
-    settings: Settings,
+    settings: KBSettings,
     queries: np.ndarray,
     vectors: np.ndarray,
     ids: list[str],
-    search_params: Callable[[Settings, int], dict[str, Any]],
+    search_params: Callable[[KBSettings, int], dict[str, Any]],
     k: int = 20,
 ) -> tuple[float, float]:
     """p50 ms of the vector search alone (top ``k``), and its recall@k against an exact search (vectors are unit

@@ -10,7 +10,7 @@ from typing import Any
 
 from kb_retrieval.bench.report import SYSTEMS, write_bench_charts
 from kb_retrieval.bench.targets import warm_latency_sets
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.reporting import replace_marked_section
 
 #: The question-style query set of the warm-latency figures (alert texts: runbooks-alerts-dev).
@@ -219,7 +219,7 @@ def _found_curves(report: dict[str, Any]) -> list[str]:
         "",
     ]
     rows = 0
-    default = Settings.model_fields["evidence_threshold"].default
+    default = KBSettings.model_fields["evidence_threshold"].default
     for setting, sets in (report.get("quality") or {}).items():
         for name, systems in sets.items():
             if not (curve := systems["lookup_knowledge"].get("found_curve")):

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from kb_retrieval.bench.quality import SETTINGS, Case, Setting, SystemScores, read_cases
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.retrieval.rank_fit import FOLDS, Point, PseudoCase, grid, mixture, order
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
@@ -50,7 +50,7 @@ def _open(setting: Setting, shared: Path, state_root: Path, *, fit: bool) -> Any
     from kb_retrieval.engine import KnowledgeLookup
     from kb_retrieval.indexing.ingest import ingest
 
-    settings = Settings(state_dir=state_root / setting.name, collection="kb_chunks")
+    settings = KBSettings(state_dir=state_root / setting.name, collection="kb_chunks")
     if not (settings.state_dir / "milvus.db").exists():
         ingest([shared / "corpora" / c for c in setting.corpora], settings, progress=True)
     scoring = settings.scoring.model_copy(update={"fit_ranking": fit})

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kb_retrieval.cli.common import require_knowledge_base
 from kb_retrieval.cli_args import CliError, add_lookup_arguments, register_secret, settings_from_args
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.output import result_json
 
 STDIN = "-"
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serving(settings: Settings) -> str | None:
+def _serving(settings: KBSettings) -> str | None:
     """The URL of the ``serve`` holding this state dir (:mod:`kb_retrieval.service.discovery`), else None."""
     from kb_retrieval.service.discovery import find_server
 

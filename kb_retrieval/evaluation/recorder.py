@@ -14,14 +14,14 @@ from kb_retrieval.evaluation.fixtures import Fixture, FixtureCandidate, write_fi
 from kb_retrieval.evaluation.golden import load_golden
 
 if TYPE_CHECKING:
-    from kb_retrieval.config import Settings
+    from kb_retrieval.config import KBSettings
 
 SCORE_DIGITS = 4
 _VOLATILE = {"elapsedMs", "stageMs", "traceRecorded"}
 
 
 def record_fixtures(
-    golden_path: Path, out_dir: Path, settings: Settings, lookup: Any = None, *, progress: bool = False
+    golden_path: Path, out_dir: Path, settings: KBSettings, lookup: Any = None, *, progress: bool = False
 ) -> int:
     """Write one fixture per golden case into ``out_dir``; returns the number written. ``progress``: a bar of
     cases on stderr when it is a terminal."""

@@ -44,7 +44,7 @@ import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from pymilvus import DataType, MilvusClient
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.embeddings import embed_passages, normalise
 from kb_retrieval.indexing.milvus import (
     QUERY_WINDOW,
@@ -134,16 +134,16 @@ def _fit(text: str, limit: int) -> str:
     return cut if cut == text else cut.rsplit(" ", 1)[0]
 
 
-def doc_vectors_collection_name(settings: Settings) -> str:
+def doc_vectors_collection_name(settings: KBSettings) -> str:
     return settings.collection + DOC_VECTORS_SUFFIX
 
 
-def stored_dim(settings: Settings) -> int:
+def stored_dim(settings: KBSettings) -> int:
     """The length of a row's vector field: the model's three vectors, then the static summary vector."""
     return len(KINDS) * settings.dim + STATIC_DIM
 
 
-def _older_layout(client: MilvusClient, name: str, settings: Settings) -> str | None:
+def _older_layout(client: MilvusClient, name: str, settings: KBSettings) -> str | None:
     """How a companion with our vector field differs from this version's layout (another vector length, or no
     title and terms), or None."""
     fields = {f["name"]: f for f in client.describe_collection(name)["fields"]}
@@ -155,7 +155,7 @@ def _older_layout(client: MilvusClient, name: str, settings: Settings) -> str | 
     return None
 
 
-def _row_hash(doc: KbDocument, settings: Settings, chunk_ids: Sequence[str]) -> str:
+def _row_hash(doc: KbDocument, settings: KBSettings, chunk_ids: Sequence[str]) -> str:
     """Everything a row is computed from: the document, the model, how (the version) and its chunks (the text vector
     is their mean, so a change of chunking rewrites it)."""
     digest = json.dumps(
@@ -173,7 +173,7 @@ def _doc_vector_fields(schema: Any) -> None:
     schema.add_field(TERMS_FIELD, DataType.VARCHAR, max_length=TERMS_MAX_BYTES)
 
 
-def ensure_doc_vectors_collection(client: MilvusClient, settings: Settings) -> str:
+def ensure_doc_vectors_collection(client: MilvusClient, settings: KBSettings) -> str:
     """Create the companion collection when missing, and load it; returns its name. A companion of another layout
     (written by an older kb-retrieval: another vector length, or no title and terms) is dropped first: it is derived
     data, and every row of it would be rewritten anyway (its row hashes name the older version)."""
@@ -187,7 +187,7 @@ def ensure_doc_vectors_collection(client: MilvusClient, settings: Settings) -> s
     return name
 
 
-def doc_vectors_off_reason(client: MilvusClient, settings: Settings) -> str | None:
+def doc_vectors_off_reason(client: MilvusClient, settings: KBSettings) -> str | None:
     """Why the collection has no usable document vectors (no or a foreign companion), or None."""
     name = doc_vectors_collection_name(settings)
     problem = companion_problem(client, name, {"source", VECTORS_FIELD}) or _older_layout(client, name, settings)
@@ -201,7 +201,7 @@ def doc_vectors_off_reason(client: MilvusClient, settings: Settings) -> str | No
 
 def write_doc_vectors(
     client: MilvusClient,
-    settings: Settings,
+    settings: KBSettings,
     kbs: Sequence[LoadedKnowledgeBase],
     chunk_ids: Mapping[str, Sequence[str]],
     model: BaseEmbedding | None,
@@ -260,7 +260,7 @@ def write_doc_vectors(
     return len(todo) + len(deletes), seconds
 
 
-def _chunk_means(client: MilvusClient, settings: Settings, docs: Sequence[KbDocument]) -> dict[str, np.ndarray]:
+def _chunk_means(client: MilvusClient, settings: KBSettings, docs: Sequence[KbDocument]) -> dict[str, np.ndarray]:
     """Normalised mean of each document's chunk vectors, as the collection holds them now (this version only)."""
     wanted = {doc.source_id: doc.content_hash for doc in docs}
     sums: dict[str, np.ndarray] = {}
@@ -337,7 +337,7 @@ class DocumentVectors:
         return len(self.sources)
 
     @classmethod
-    def load_from_milvus(cls, client: MilvusClient, settings: Settings) -> DocumentVectors:
+    def load_from_milvus(cls, client: MilvusClient, settings: KBSettings) -> DocumentVectors:
         if off_reason := doc_vectors_off_reason(client, settings):
             return cls(off_reason=off_reason)
         name = doc_vectors_collection_name(settings)

@@ -28,7 +28,7 @@ from typing import Any
 
 from pymilvus import DataType, MilvusClient, MilvusException
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.milvus import SIDE_VECTOR, SIDE_VECTOR_FIELD, ensure_side_collection
 
 #: Suffix of the small collection holding the index version of ``<collection>``.
@@ -40,7 +40,7 @@ _READY: weakref.WeakKeyDictionary[MilvusClient, set[str]] = weakref.WeakKeyDicti
 _READY_LOCK = threading.Lock()
 
 
-def meta_collection_name(settings: Settings) -> str:
+def meta_collection_name(settings: KBSettings) -> str:
     """The small collection holding the index version of ``settings.collection``."""
     return settings.collection + META_COLLECTION_SUFFIX
 
@@ -50,14 +50,14 @@ def _meta_fields(schema: Any) -> None:
     schema.add_field("value", DataType.VARCHAR, max_length=1024)
 
 
-def ensure_meta_collection(client: MilvusClient, settings: Settings) -> str:
+def ensure_meta_collection(client: MilvusClient, settings: KBSettings) -> str:
     """Create the meta collection when missing, and load it; returns its name."""
     name = meta_collection_name(settings)
     ensure_side_collection(client, settings, name, _meta_fields)
     return name
 
 
-def index_version(client: MilvusClient, settings: Settings, *, timeout: float | None = None) -> str:
+def index_version(client: MilvusClient, settings: KBSettings, *, timeout: float | None = None) -> str:
     """The current index version of ``settings.collection``; ``''`` when no kb-retrieval ingest has written one.
 
     One call per check once the meta collection is known (the first check per client also finds and loads it).
@@ -90,7 +90,7 @@ def version_content(version: str) -> str:
     return version.partition(":")[0]
 
 
-def publish_version(client: MilvusClient, settings: Settings, *, content: str, wrote: bool) -> str:
+def publish_version(client: MilvusClient, settings: KBSettings, *, content: str, wrote: bool) -> str:
     """After an ingest's writes: a new version when it wrote anything or the recorded digest is not ``content``.
 
     Returns the version now in place.

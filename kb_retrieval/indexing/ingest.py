@@ -18,7 +18,7 @@ no longer in it. Roots never overlap: a folder inside (or around) a folder alrea
 because its files would come back a second time under other source ids; :func:`remove_root` takes a root out.
 
 Example:
-    >>> summary = ingest(["kb_retrieval/sample_kb"], Settings(state_dir=".kb-state"))  # doctest: +SKIP
+    >>> summary = ingest(["kb_retrieval/sample_kb"], KBSettings(state_dir=".kb-state"))  # doctest: +SKIP
     >>> summary.chunks_added  # doctest: +SKIP
     412
 """
@@ -38,7 +38,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode
 from pydantic import BaseModel, Field
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.doc_vectors import ensure_doc_vectors_collection, write_doc_vectors
 from kb_retrieval.indexing.embeddings import embed_passages, word_piece_limit
 from kb_retrieval.indexing.index_version import ensure_meta_collection, publish_version
@@ -125,7 +125,7 @@ class _Existing:
 
 def ingest(
     kb_dirs: Sequence[str | Path | BaseNode],
-    settings: Settings,
+    settings: KBSettings,
     *,
     embed_model: BaseEmbedding | None = None,
     progress: bool = False,
@@ -168,7 +168,7 @@ def ingest(
         return _apply(kbs, settings, embed_model=embed_model, progress=progress, empty=empty, started=started)
 
 
-def remove_root(root: str | Path, settings: Settings) -> IngestSummary:
+def remove_root(root: str | Path, settings: KBSettings) -> IngestSummary:
     """Take a knowledge-base root out of the collection: its chunks, L0 entries and document vectors (a folder as
     given to ingest, or ``documents:<name>`` for documents handed in by a program). Raises
     ``KnowledgeBaseError`` naming the roots there are when ``root`` is not one of them."""
@@ -191,7 +191,7 @@ def remove_root(root: str | Path, settings: Settings) -> IngestSummary:
 
 def _apply(
     kbs: list[LoadedKnowledgeBase],
-    settings: Settings,
+    settings: KBSettings,
     *,
     embed_model: BaseEmbedding | None,
     progress: bool,
@@ -280,7 +280,7 @@ def _apply(
 
 
 def _record(
-    client: Any, settings: Settings, kbs: list[LoadedKnowledgeBase], model: BaseEmbedding | None, *, embedded: bool
+    client: Any, settings: KBSettings, kbs: list[LoadedKnowledgeBase], model: BaseEmbedding | None, *, embedded: bool
 ) -> None:
     """The ingest record (:mod:`~kb_retrieval.indexing.ingest_record`): the roots and metadata keys, and the model
     id when this run embedded anything or none is recorded yet (a run that embedded nothing cannot vouch for it)."""
@@ -293,7 +293,7 @@ def _record(
     record_ingest(client, settings, embed_model=model_name, roots=roots, metadata_keys=keys)
 
 
-def _name_shared_sources(kbs: list[LoadedKnowledgeBase], existing: dict[str, _Existing], settings: Settings) -> None:
+def _name_shared_sources(kbs: list[LoadedKnowledgeBase], existing: dict[str, _Existing], settings: KBSettings) -> None:
     """Give a source id to every document when two roots hold the same relative path.
 
     Different documents at one relative path (each corpus's ``SOURCE.txt``, each docs tree's ``index.md``) are both
@@ -337,7 +337,7 @@ def _name_shared_sources(kbs: list[LoadedKnowledgeBase], existing: dict[str, _Ex
             )
 
 
-def _refuse_nested_roots(kbs: list[LoadedKnowledgeBase], existing: set[str], settings: Settings) -> None:
+def _refuse_nested_roots(kbs: list[LoadedKnowledgeBase], existing: set[str], settings: KBSettings) -> None:
     """A folder inside (or holding) another root, in the collection or given with it, is refused: its files would
     be ingested a second time under other source ids (``nginx/502.md`` beside ``502.md``), and both would answer.
     The same folder again is the same root (an update)."""
@@ -370,7 +370,7 @@ def _fit_limits(documents: list[KbDocument]) -> tuple[list[KbDocument], list[Ski
     return kept, skipped
 
 
-def _existing_rows(client: Any, settings: Settings) -> dict[str, _Existing]:
+def _existing_rows(client: Any, settings: KBSettings) -> dict[str, _Existing]:
     existing: dict[str, _Existing] = {}
     fields = [settings.id_field, settings.source_field, settings.metadata_field]
     for row in iter_rows(client, settings, fields):
@@ -383,7 +383,7 @@ def _existing_rows(client: Any, settings: Settings) -> dict[str, _Existing]:
 
 
 def _plan(
-    kbs: list[LoadedKnowledgeBase], existing: dict[str, _Existing], settings: Settings
+    kbs: list[LoadedKnowledgeBase], existing: dict[str, _Existing], settings: KBSettings
 ) -> tuple[list[_DocPlan], dict[str, list[str]]]:
     plans: list[_DocPlan] = []
     removed: dict[str, list[str]] = {}
@@ -424,7 +424,7 @@ class _Writer:
     def __init__(
         self,
         client: Any,
-        settings: Settings,
+        settings: KBSettings,
         model: BaseEmbedding | None,
         *,
         total: int,
@@ -506,7 +506,7 @@ class _Writer:
 
 
 def _row(
-    settings: Settings,
+    settings: KBSettings,
     doc: KbDocument,
     chunk: Chunk,
     chunk_count: int,
@@ -549,6 +549,6 @@ def _fit_varchar(text: str) -> str:
     return cut_to_bytes(text, VARCHAR_LIMITS["content"] - 16)
 
 
-def _delete(client: Any, settings: Settings, ids: list[str]) -> None:
+def _delete(client: Any, settings: KBSettings, ids: list[str]) -> None:
     for start in range(0, len(ids), 1000):
         client.delete(settings.collection, ids=ids[start : start + 1000])

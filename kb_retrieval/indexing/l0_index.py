@@ -6,7 +6,7 @@ host pointed at the same Milvus reads the same L0 index, a killed ingest converg
 into one collection at once cannot lose each other's entries (issue 14 item 8). A collection written by another
 tool has no companion: loading it gives an empty index whose ``enabled`` is False.
 
-The JSON file in the state dir (``Settings.l0_index_path()``) is a local copy ingest refreshes after writing, for
+The JSON file in the state dir (``KBSettings.l0_index_path()``) is a local copy ingest refreshes after writing, for
 readers of :meth:`L0Index.load`; :meth:`L0Index.load_from_milvus` reads Milvus itself.
 
 Example:
@@ -29,7 +29,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 from pymilvus import DataType, MilvusClient
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.index_version import index_version
 from kb_retrieval.indexing.milvus import (
     SIDE_VECTOR,
@@ -84,7 +84,7 @@ class L0Index(BaseModel):
         return cls.model_validate_json(path.read_text(encoding="utf-8"))
 
     @classmethod
-    def load_from_milvus(cls, client: MilvusClient, settings: Settings) -> L0Index:
+    def load_from_milvus(cls, client: MilvusClient, settings: KBSettings) -> L0Index:
         """The L0 index of ``settings.collection`` as stored in Milvus (any host reads the same).
 
         Without a companion collection (a collection written by another tool, or by a kb-retrieval older than the
@@ -157,7 +157,7 @@ def entry_for(doc: KbDocument, kb: str) -> L0Entry:
     return entry
 
 
-def l0_collection_name(settings: Settings) -> str:
+def l0_collection_name(settings: KBSettings) -> str:
     """The companion collection holding the L0 index of ``settings.collection``."""
     return settings.collection + L0_COLLECTION_SUFFIX
 
@@ -174,7 +174,7 @@ def _l0_fields(schema: Any) -> None:
 _L0_FIELD_NAMES = {"source", "kb", "doc_hash", "row_hash", "entry"}
 
 
-def ensure_l0_collection(client: MilvusClient, settings: Settings) -> str:
+def ensure_l0_collection(client: MilvusClient, settings: KBSettings) -> str:
     """Create the companion collection when missing, and load it; returns its name."""
     name = l0_collection_name(settings)
     ensure_side_collection(client, settings, name, _l0_fields)
@@ -201,7 +201,7 @@ def l0_row(doc: KbDocument, kb: str, chunk_ids: Iterable[str]) -> dict[str, Any]
 
 def write_l0(
     client: MilvusClient,
-    settings: Settings,
+    settings: KBSettings,
     kbs: Sequence[LoadedKnowledgeBase],
     chunk_ids: dict[str, list[str]],
 ) -> int:
@@ -239,7 +239,7 @@ def content_hash(row_hashes: dict[str, str]) -> str:
     return digest.hexdigest()[:16]
 
 
-def l0_content_hash(client: MilvusClient, settings: Settings) -> str:
+def l0_content_hash(client: MilvusClient, settings: KBSettings) -> str:
     """:func:`content_hash` of the companion collection as it is now ('' when it does not exist)."""
     name = l0_collection_name(settings)
     if not client.has_collection(name):

@@ -10,8 +10,8 @@ by the fp32 export (:func:`passage_encoder`), which matches the model to within 
 the vectors a collection holds are the model's, whichever ran. The int8 one (cosine ~0.99) embeds queries only.
 
 Example:
-    >>> from kb_retrieval.config import Settings
-    >>> encoder = query_encoder(Settings(), embed_model=None)  # doctest: +SKIP
+    >>> from kb_retrieval.config import KBSettings
+    >>> encoder = query_encoder(KBSettings(), embed_model=None)  # doctest: +SKIP
     >>> len(encoder.get_query_embedding("disk full on node-3"))  # doctest: +SKIP
     384
 """
@@ -44,7 +44,7 @@ from kb_retrieval.indexing.embeddings import (
 )
 
 if TYPE_CHECKING:
-    from kb_retrieval.config import Settings
+    from kb_retrieval.config import KBSettings
 
 logger = logging.getLogger(__name__)
 #: Said before the one-time export, so the first lookup's wait (export, quantisation, check) is explained.
@@ -406,7 +406,7 @@ class OnnxQueryEmbedding(BaseEmbedding):
         return self._get_text_embeddings(texts)
 
 
-def query_encoder(settings: Settings, embed_model: BaseEmbedding | None = None) -> BaseEmbedding:
+def query_encoder(settings: KBSettings, embed_model: BaseEmbedding | None = None) -> BaseEmbedding:
     """What a lookup embeds queries with: a model given is used as it is (a user's ``HuggingFaceEmbedding`` of the
     bundled folder included); without one, the ONNX export of the bundled model when configured, else the model.
 
@@ -430,7 +430,7 @@ def query_encoder(settings: Settings, embed_model: BaseEmbedding | None = None) 
     return load_embed_model(settings.embed_model, settings.embed_batch_size)
 
 
-def passage_encoder(settings: Settings, embed_model: BaseEmbedding | None = None) -> BaseEmbedding:
+def passage_encoder(settings: KBSettings, embed_model: BaseEmbedding | None = None) -> BaseEmbedding:
     """What ingest embeds passages with: a model given is used as it is; without one, the fp32 ONNX export of the
     bundled model on ``embed_threads`` threads (``passage_encoder="onnx"``, the default), else the model itself.
 

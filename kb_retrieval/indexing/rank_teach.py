@@ -24,7 +24,7 @@ from llama_index.core.callbacks import CallbackManager, CBEventType, EventPayloa
 from llama_index.core.callbacks.base_handler import BaseCallbackHandler
 from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters
 
-from kb_retrieval.config import ScoringSettings, Settings
+from kb_retrieval.config import KBSettings, ScoringSettings
 from kb_retrieval.indexing.pseudo_queries import PseudoQuery, SectionRow, pseudo_queries
 from kb_retrieval.knowledge.chunker import BREADCRUMB_SEPARATOR
 from kb_retrieval.models import EvidenceStatus
@@ -88,7 +88,7 @@ class _NoTraces:
         return False
 
 
-def section_rows(client: Any, settings: Settings) -> list[SectionRow]:
+def section_rows(client: Any, settings: KBSettings) -> list[SectionRow]:
     """Every chunk of the collection as a :class:`SectionRow`."""
     from kb_retrieval.indexing.milvus import iter_rows
 

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from kb_retrieval import __version__
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 
 log = logging.getLogger(__name__)
 
@@ -112,13 +112,13 @@ def _code() -> str:
     return _CODE_DIGEST
 
 
-def _family(settings: Settings) -> str:
+def _family(settings: KBSettings) -> str:
     """The collection this snapshot is of (its URI and name): one snapshot is kept per family."""
     where = f"{settings.resolved_milvus_uri()}\n{settings.collection}"
     return hashlib.sha256(where.encode()).hexdigest()[:12]
 
 
-def snapshot_key(settings: Settings, version: str, *, plan: str, lexical_mode: str) -> str | None:
+def snapshot_key(settings: KBSettings, version: str, *, plan: str, lexical_mode: str) -> str | None:
     """The key of the state built for index ``version`` with these settings; ``None`` where no snapshot applies
     (snapshots off; a collection no kb-retrieval ingest versioned; BM25 in process, whose bm25s tokenizer does not
     pickle: that state is read from the collection as before)."""
@@ -150,16 +150,16 @@ def snapshot_key(settings: Settings, version: str, *, plan: str, lexical_mode: s
     return hashlib.sha256(json.dumps(build, sort_keys=True).encode()).hexdigest()
 
 
-def snapshot_dir(settings: Settings) -> Path:
+def snapshot_dir(settings: KBSettings) -> Path:
     """Where this state directory keeps its snapshots."""
     return settings.state_dir / "snapshots"
 
 
-def _path(settings: Settings, key: str) -> Path:
+def _path(settings: KBSettings, key: str) -> Path:
     return snapshot_dir(settings) / f"{settings.collection}-{_family(settings)}-{key[:24]}{_SUFFIX}"
 
 
-def load_snapshot(settings: Settings, key: str) -> SnapshotParts | None:
+def load_snapshot(settings: KBSettings, key: str) -> SnapshotParts | None:
     """The parts written under ``key``, or ``None`` when there is no such snapshot or it does not load (logged)."""
     path = _path(settings, key)
     try:
@@ -204,7 +204,7 @@ class _HashingWriter:
         return self._hash.hexdigest()
 
 
-def write_snapshot(settings: Settings, key: str, parts: SnapshotParts) -> Path | None:
+def write_snapshot(settings: KBSettings, key: str, parts: SnapshotParts) -> Path | None:
     """Write ``parts`` under ``key`` (a temporary file, then a rename) and remove the family's older snapshots.
     A failure (a read-only or full disk) is logged and leaves no file behind: the next process reads Milvus."""
     folder = snapshot_dir(settings)

@@ -18,7 +18,7 @@ from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.models import EvidenceBlock, FallbackReason, RetrievalAttempt
 from kb_retrieval.retrieval.calibration import Calibration, calibrate
 from kb_retrieval.retrieval.deadline import SEARCHES, Deadline
@@ -72,7 +72,7 @@ class AttemptRunner:
         self,
         hybrid: HybridRetriever,
         postprocessors: Sequence[BaseNodePostprocessor],
-        settings: Settings,
+        settings: KBSettings,
         calibration: Calibration | None = None,
     ) -> None:
         self.hybrid = hybrid
@@ -236,7 +236,7 @@ class AttemptRunner:
         return AttemptResult(trace, nodes, blocks)
 
 
-def _low_quality(top_similarity: float | None, category: str, query: LookupQuery, settings: Settings) -> str | None:
+def _low_quality(top_similarity: float | None, category: str, query: LookupQuery, settings: KBSettings) -> str | None:
     """Why a filtered attempt that found evidence is still low quality, or None: its best similarity is below the
     reference threshold (spec 000), or L0's own title coverage favours a document outside the filter (the query
     covers the title of a document of another domain best: the filter came from a weaker match than that)."""

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from llama_index.core.schema import NodeWithScore
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.indexing.pseudo_queries import heading_query as pseudo_query
 from kb_retrieval.knowledge.chunker import BREADCRUMB_SEPARATOR
@@ -121,7 +121,7 @@ def lexical_lead(nodes: Sequence[NodeWithScore], source: str) -> bool:
     return first is not None and (bool(first.exact_terms) or (first.lexical_score or 0.0) >= BEST_LEXICAL)
 
 
-def topical_sections(rows: Sequence[dict[str, Any]], settings: Settings) -> list[tuple[int, str]]:
+def topical_sections(rows: Sequence[dict[str, Any]], settings: KBSettings) -> list[tuple[int, str]]:
     """(row, pseudo-query) of the first chunk of each section whose heading no other document has, in a
     deterministic order (a hash of the chunk id), at most :data:`MAX_SAMPLES`."""
     meta_field, source_field = settings.metadata_field, settings.source_field
@@ -175,7 +175,7 @@ class Background:
 
 
 def measure(
-    rows: Sequence[dict[str, Any]], vectors: np.ndarray, settings: Settings, embed: Callable[[list[str]], np.ndarray]
+    rows: Sequence[dict[str, Any]], vectors: np.ndarray, settings: KBSettings, embed: Callable[[list[str]], np.ndarray]
 ) -> Background:
     """The background distribution of one index version (``embed``: the query encoder over a list of texts)."""
     sections = topical_sections(rows, settings)
@@ -189,7 +189,7 @@ def measure(
     return Background(len(sections), quantiles, f"{len(sections)} pseudo-queries searched outside their own document")
 
 
-def calibrate(measured: Background | None, settings: Settings, off_reason: str = "") -> Calibration:
+def calibrate(measured: Background | None, settings: KBSettings, off_reason: str = "") -> Calibration:
     """The thresholds of ``settings`` on a knowledge base with background ``measured`` (None or unmeasured: the
     configured constants, with the reason)."""
     scoring = settings.scoring
@@ -217,7 +217,7 @@ def calibrate(measured: Background | None, settings: Settings, off_reason: str =
 
 
 def background_of(
-    mirror: MemoryMirror | None, settings: Settings, encoder: BaseEmbedding | None, version: str
+    mirror: MemoryMirror | None, settings: KBSettings, encoder: BaseEmbedding | None, version: str
 ) -> Background:
     """The background of one index version, measured when its state is loaded (off the request path: a reload
     builds the new state beside the old one), or read back from the state dir where it was measured before.
@@ -242,7 +242,7 @@ def background_of(
     return measured
 
 
-def _cache_key(settings: Settings, version: str) -> str:
+def _cache_key(settings: KBSettings, version: str) -> str:
     """What the background depends on: the index version, the query model and how it is measured."""
     how = {
         "format": CACHE_FORMAT,
@@ -257,11 +257,11 @@ def _cache_key(settings: Settings, version: str) -> str:
     return hashlib.sha256(json.dumps(how, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _cache_path(settings: Settings) -> Path:
+def _cache_path(settings: KBSettings) -> Path:
     return settings.state_dir / "calibration" / f"{settings.collection}.json"
 
 
-def _read_cached(settings: Settings, key: str) -> Background | None:
+def _read_cached(settings: KBSettings, key: str) -> Background | None:
     """The background this state dir measured for ``key`` (an index version) before, or None."""
     if not settings.state_snapshots:
         return None
@@ -274,7 +274,7 @@ def _read_cached(settings: Settings, key: str) -> Background | None:
         return None
 
 
-def _write_cached(settings: Settings, key: str, measured: Background) -> None:
+def _write_cached(settings: KBSettings, key: str, measured: Background) -> None:
     """Keep the measurement in ``<state_dir>/calibration`` (a temporary file, then a rename; only with
     ``state_snapshots``); a failure only costs the next process the measurement again."""
     if not settings.state_snapshots:

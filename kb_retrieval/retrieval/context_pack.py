@@ -37,7 +37,7 @@ from kb_retrieval.knowledge.text import count_tokens, truncate_to_tokens
 from kb_retrieval.models import ContextPack, ContextPackSummary, DocumentSection, EvidenceBlock, PackedBlock
 from kb_retrieval.retrieval.events import span
 
-MIN_CONTENT_TOKENS = 12  # the default of Settings.scoring.min_content_tokens
+MIN_CONTENT_TOKENS = 12  # the default of KBSettings.scoring.min_content_tokens
 TRUNCATION_MARK = " [...]"
 MATCHED_MARK = " (matched)"
 

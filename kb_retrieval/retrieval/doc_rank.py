@@ -5,7 +5,7 @@ documents by their best-matching section; a question in an engineer's own words 
 whole better, and sibling runbooks (``KubeQuotaAlmostFull``, ``KubeQuotaFullyUsed``, ``KubeQuotaExceeded``) differ
 mostly in their titles. :class:`DocumentRanker` scores each document with one linear model over
 
-| signal      | value                                               | weight (``Settings.scoring``)          |
+| signal      | value                                               | weight (``KBSettings.scoring``)          |
 | ----------- | --------------------------------------------------- | -------------------------------------- |
 | doc_title   | query similarity to the document's title vector     | ``rank_title`` 0.75                    |
 | doc_summary | ... to its title + opening-section vector           | ``rank_summary`` 0.75                  |

@@ -25,7 +25,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from pydantic import Field, PrivateAttr
 from pymilvus import MilvusClient
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.models import DocumentSection
 from kb_retrieval.retrieval.filters import in_expr
 from kb_retrieval.retrieval.hybrid import LookupQuery
@@ -41,7 +41,7 @@ MAX_ROWS = 16_384
 class SectionStore:
     """A document's sections from Milvus, by ``(source, doc_hash)``, with a bounded LRU cache. Thread-safe."""
 
-    def __init__(self, client: MilvusClient, settings: Settings, max_documents: int = 2048) -> None:
+    def __init__(self, client: MilvusClient, settings: KBSettings, max_documents: int = 2048) -> None:
         self.client = client
         self.settings = settings
         self.max_documents = max_documents

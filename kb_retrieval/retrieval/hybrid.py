@@ -47,7 +47,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle
 from pymilvus import MilvusClient
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.indexing.milvus import full_text_off
 from kb_retrieval.models import LexicalMode, QueryTransform
@@ -65,7 +65,7 @@ __all__ = ["HybridRetriever", "HybridSearch", "LookupQuery", "choose_lexical_mod
 
 
 def choose_lexical_mode(
-    client: MilvusClient, settings: Settings, path: object | None
+    client: MilvusClient, settings: KBSettings, path: object | None
 ) -> tuple[LexicalMode, str | None]:
     """Where BM25 runs for this collection and path, and why not in Milvus when it cannot.
 
@@ -105,7 +105,7 @@ class HybridRetriever(BaseRetriever):
         self,
         dense: L1Retriever,
         lexical: LexicalIndex | None,
-        settings: Settings,
+        settings: KBSettings,
         exact: ExactIdentifierIndex | None = None,
         *,
         named_terms: dict[str, frozenset[str]] | None = None,

@@ -19,7 +19,7 @@ candidate's metadata or content. The hint becomes a *hit reason* on the candidat
 |               | verbatim: the weight / the documents holding it                    |         |
 |               | (:mod:`~kb_retrieval.retrieval.exact`); evidence on its own        |         |
 
-The weights are ``Settings.scoring`` (``KB_SCORING__BOOST_*``) and ``lexical_weight``. The per-query context comes
+The weights are ``KBSettings.scoring`` (``KB_SCORING__BOOST_*``) and ``lexical_weight``. The per-query context comes
 with the call: a :class:`~kb_retrieval.retrieval.hybrid.LookupQuery` carries the L0 hints of the lookup; with a
 plain ``QueryBundle`` (a stock pipeline) the hints are computed from the query string by the ``l0`` provider when
 one is configured. Nodes of any retriever are accepted (see :func:`~kb_retrieval.retrieval.stage.stage_of`).
@@ -84,7 +84,7 @@ class RuleReranker(BaseNodePostprocessor):
     hit reasons."""
 
     boosts: dict[str, float] = Field(
-        default_factory=lambda: ScoringSettings().boosts(), description="Boost name -> weight (Settings.scoring)."
+        default_factory=lambda: ScoringSettings().boosts(), description="Boost name -> weight (KBSettings.scoring)."
     )
     lexical_weight: float = Field(default=0.2, ge=0, le=1, description="Boost of the best BM25 hit.")
     _l0: L0HintProvider | None = PrivateAttr(default=None)

@@ -8,7 +8,7 @@ ignored); on a Milvus server, a live process serving the same collection of the 
 lookup through a server loads no pipeline.
 
 Example:
-    >>> find_server(Settings(state_dir=".kb-state"))  # doctest: +SKIP
+    >>> find_server(KBSettings(state_dir=".kb-state"))  # doctest: +SKIP
     'http://127.0.0.1:8765'
 """
 

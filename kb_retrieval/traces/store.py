@@ -22,7 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import StaticPool
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.masking import mask_secrets, url_secrets
 from kb_retrieval.models import LookupResult
 from kb_retrieval.traces.details import QueryMode, private_details, retrieval_details, stored_query
@@ -75,7 +75,7 @@ class TraceStore:
         *,
         content_chars: int = 160,
         query_chars: int = 4000,
-        timeout_s: float = Settings.model_fields["trace_timeout_s"].default,
+        timeout_s: float = KBSettings.model_fields["trace_timeout_s"].default,
         query_mode: QueryMode = "full",
         wait: bool = False,
         queue_rows: int = QUEUE_ROWS,
@@ -123,7 +123,7 @@ class TraceStore:
                     self._ready = True
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> TraceStore:
+    def from_settings(cls, settings: KBSettings) -> TraceStore:
         """The store the settings describe (URL, preview sizes, timeout, waiting, query mode)."""
         return cls(
             settings.resolved_trace_db_url(),

@@ -134,13 +134,13 @@ def test_golden_draft_from_traces(sample_settings, sample_lookup, tmp_path, caps
 def test_compare_from_traces_against_another_state_dir_and_the_sidecar(
     sample_settings, tmp_path, capsys, monkeypatch, embed_model
 ):
-    from kb_retrieval.config import Settings
+    from kb_retrieval.config import KBSettings
     from kb_retrieval.indexing.ingest import ingest
     from kb_retrieval.indexing.milvus import release_lite
     from tests.conftest import SAMPLE_KB
 
     _, queries = _traffic(sample_settings, tmp_path, capsys, monkeypatch)
-    redis_only = Settings(state_dir=tmp_path / "redis-state", vector_store_mode="sdk")
+    redis_only = KBSettings(state_dir=tmp_path / "redis-state", vector_store_mode="sdk")
     ingest([SAMPLE_KB / "redis"], redis_only, embed_model=embed_model)
     release_lite(redis_only)
     state = str(sample_settings.state_dir)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from pymilvus import DataType
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.doc_vectors import (
     TERMS_MAX_BYTES,
     VECTORS_FIELD,
@@ -48,8 +48,8 @@ In the future deployments may not be possible.
 
 
 @pytest.fixture
-def settings(tmp_path) -> Settings:
-    return Settings(state_dir=tmp_path / "a")
+def settings(tmp_path) -> KBSettings:
+    return KBSettings(state_dir=tmp_path / "a")
 
 
 def test_camel_case_titles_become_words():
@@ -85,7 +85,7 @@ def test_a_document_s_terms_are_its_distinct_words_as_far_as_the_field_holds(tmp
     assert len(kept) > 5000
 
 
-def doc_rows(settings: Settings) -> dict[str, dict]:
+def doc_rows(settings: KBSettings) -> dict[str, dict]:
     client = connect(settings)
     name = doc_vectors_collection_name(settings)
     client.load_collection(name)
@@ -135,7 +135,7 @@ def test_ingest_writes_four_vectors_per_document_and_nothing_twice(tmp_path, set
     assert after["kubernetes/KubeQuotaAlmostFull.md"] == before["kubernetes/KubeQuotaAlmostFull.md"]
 
 
-def chunk_ids(settings: Settings) -> dict[str, list[str]]:
+def chunk_ids(settings: KBSettings) -> dict[str, list[str]]:
     ids: dict[str, list[str]] = {}
     for row in iter_rows(connect(settings), settings, [settings.id_field, settings.source_field]):
         ids.setdefault(row[settings.source_field], []).append(row[settings.id_field])
@@ -149,7 +149,7 @@ def _no_model():
 def test_vectors_read_back_rank_the_right_title(tmp_path, settings, embed_model):
     kb = write_kb(tmp_path / "kb", {"redis/memory.md": DOC_A, "kubernetes/KubeQuotaAlmostFull.md": RUNBOOK})
     ingest([kb], settings, embed_model=embed_model)
-    other = Settings(state_dir=tmp_path / "b", milvus_uri=settings.resolved_milvus_uri())  # any host reads them
+    other = KBSettings(state_dir=tmp_path / "b", milvus_uri=settings.resolved_milvus_uri())  # any host reads them
     vectors = DocumentVectors.load_from_milvus(connect(other), other)
     assert vectors.enabled and len(vectors) == 2
     query = embed_query(embed_model, "our namespace quota is nearly used up")
@@ -211,7 +211,7 @@ def test_titles_and_terms_read_back_weigh_a_word_every_document_shares_least(tmp
     }
     docs = {name: f"---\ntitle: {title}\n---\n# {title}\n\n{text}\n" for name, (title, text) in pages.items()}
     ingest([write_kb(tmp_path / "kb", docs)], settings, embed_model=embed_model)
-    other = Settings(state_dir=tmp_path / "b", milvus_uri=settings.resolved_milvus_uri())
+    other = KBSettings(state_dir=tmp_path / "b", milvus_uri=settings.resolved_milvus_uri())
     vectors = DocumentVectors.load_from_milvus(connect(other), other)
     weights = vectors.term_weights
     assert weights is not None and weights.documents == 3

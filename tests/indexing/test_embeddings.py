@@ -11,7 +11,7 @@ import pytest
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from pydantic import Field
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.doc_vectors import KINDS, VECTORS_FIELD, doc_vectors_collection_name, document_texts
 from kb_retrieval.indexing.embeddings import BUNDLED_MODEL, embed_passages, embed_texts, word_piece_limit
 from kb_retrieval.indexing.ingest import ingest
@@ -88,13 +88,13 @@ def test_progress_is_told_each_batch() -> None:
 @pytest.mark.unit
 def test_a_given_model_is_used_as_given() -> None:
     given = Recording()
-    assert passage_encoder(Settings(), given) is given
-    assert passage_encoder(Settings(passage_encoder="model", embed_model="/nowhere/else"), given) is given
+    assert passage_encoder(KBSettings(), given) is given
+    assert passage_encoder(KBSettings(passage_encoder="model", embed_model="/nowhere/else"), given) is given
 
 
 def test_ingest_embeds_with_the_model_given(tmp_path: Path) -> None:
     given = Recording(dim=384, embed_batch_size=1000)
-    settings = Settings(state_dir=tmp_path / "state", embed_batch_size=16)
+    settings = KBSettings(state_dir=tmp_path / "state", embed_batch_size=16)
     summary = ingest([SAMPLE_KB], settings, embed_model=given)
     embedded = [t for batch in given.batches for t in batch]
     documents = load_knowledge_base(SAMPLE_KB).documents
@@ -118,7 +118,7 @@ def passages() -> list[str]:
 @pytest.fixture(scope="module")
 def encoder() -> BaseEmbedding:
     # The default model cache, as the CLI's ingest uses it (exported there once per machine).
-    return passage_encoder(Settings(embed_batch_size=16))
+    return passage_encoder(KBSettings(embed_batch_size=16))
 
 
 def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -148,9 +148,9 @@ def test_sorted_onnx_batches_equal_texts_run_alone(encoder: BaseEmbedding, passa
     np.testing.assert_allclose(embed_texts(encoder, sample), alone, atol=2e-6)
 
 
-def test_default_ingest_writes_the_torch_model_vectors(tmp_path: Path, sample_settings: Settings) -> None:
+def test_default_ingest_writes_the_torch_model_vectors(tmp_path: Path, sample_settings: KBSettings) -> None:
     """The CLI's path (no model given: the ONNX passage encoder) against the torch model's ingest of the same KB."""
-    settings = Settings(state_dir=tmp_path / "state", vector_store_mode="sdk")
+    settings = KBSettings(state_dir=tmp_path / "state", vector_store_mode="sdk")
     ingest([SAMPLE_KB], settings)
     for collection, field, parts in (
         (settings.collection, settings.vector_field, 1),

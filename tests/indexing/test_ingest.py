@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pymilvus import MilvusClient
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.ingest import WINDOW_BATCHES, ingest
 from kb_retrieval.indexing.l0_index import L0Index
 from kb_retrieval.indexing.milvus import MilvusUnavailableError, SchemaMismatchError, connect
@@ -33,7 +33,7 @@ Raise maxmemory or pick an eviction policy.
 DOC_B = "# MySQL replication lag\n\n## Diagnosis\nCheck Seconds_Behind_Source in SHOW REPLICA STATUS.\n"
 
 
-def rows(settings: Settings) -> dict[str, dict]:
+def rows(settings: KBSettings) -> dict[str, dict]:
     client = connect(settings)
     client.load_collection(settings.collection)
     found = client.query(settings.collection, filter='source != ""', output_fields=["source", "category", "metadata"])
@@ -41,8 +41,8 @@ def rows(settings: Settings) -> dict[str, dict]:
 
 
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return Settings(state_dir=tmp_path / "state")
+def settings(tmp_path: Path) -> KBSettings:
+    return KBSettings(state_dir=tmp_path / "state")
 
 
 def test_first_ingest_then_rerun_touches_nothing(tmp_path, settings, embed_model):
@@ -178,7 +178,7 @@ def test_schema_mismatch_is_an_error_before_writing(tmp_path, settings, embed_mo
 
 def test_unreachable_server_fails_within_seconds(tmp_path, embed_model):
     kb = write_kb(tmp_path / "kb", {"redis/memory.md": DOC_A})
-    settings = Settings(state_dir=tmp_path / "state", milvus_uri="http://127.0.0.1:9", milvus_timeout_s=3)
+    settings = KBSettings(state_dir=tmp_path / "state", milvus_uri="http://127.0.0.1:9", milvus_timeout_s=3)
     started = time.monotonic()
     with pytest.raises(MilvusUnavailableError, match=r"127\.0\.0\.1:9"):
         ingest([kb], settings, embed_model=embed_model)
@@ -202,10 +202,10 @@ class FailingAfter:
 def test_interrupted_ingest_converges(tmp_path, embed_model):
     docs = {f"redis/doc{i}.md": DOC_A.replace("RedisMemoryHigh", f"RedisAlert{i}") for i in range(24)}
     kb = write_kb(tmp_path / "kb", docs)
-    clean = Settings(state_dir=tmp_path / "clean", embed_batch_size=1)
+    clean = KBSettings(state_dir=tmp_path / "clean", embed_batch_size=1)
     ingest([kb], clean, embed_model=embed_model)
     assert len(rows(clean)) > 2 * WINDOW_BATCHES
-    broken = Settings(state_dir=tmp_path / "broken", embed_batch_size=1)
+    broken = KBSettings(state_dir=tmp_path / "broken", embed_batch_size=1)
     with pytest.raises(KeyboardInterrupt):
         # Ingest writes every WINDOW_BATCHES model batches: fail in the second window, the first one's write in flight.
         ingest([kb], broken, embed_model=FailingAfter(embed_model, WINDOW_BATCHES))

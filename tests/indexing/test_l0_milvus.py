@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing import index_version as index_version_module
 from kb_retrieval.indexing.index_version import index_version, meta_collection_name, version_content
 from kb_retrieval.indexing.ingest import ingest
@@ -31,11 +31,11 @@ DOC_C = "---\ntitle: Disk full\nkeywords: [NodeFilesystemFull]\ncategory: linux\
 
 
 @pytest.fixture
-def settings(tmp_path) -> Settings:
-    return Settings(state_dir=tmp_path / "a")
+def settings(tmp_path) -> KBSettings:
+    return KBSettings(state_dir=tmp_path / "a")
 
 
-def l0_rows(settings: Settings) -> dict[str, dict]:
+def l0_rows(settings: KBSettings) -> dict[str, dict]:
     client = connect(settings)
     name = l0_collection_name(settings)
     client.load_collection(name)
@@ -63,7 +63,9 @@ def test_one_row_per_document_in_the_companion_collection(tmp_path, settings, em
 def test_another_state_dir_reads_the_same_l0_index(tmp_path, settings, embed_model):
     kb = write_kb(tmp_path / "kb", {"redis/memory.md": DOC_A, "mysql/lag.md": DOC_B})
     ingest([kb], settings, embed_model=embed_model)
-    other = Settings(state_dir=tmp_path / "b", milvus_uri=settings.resolved_milvus_uri())  # a host that never ingested
+    other = KBSettings(
+        state_dir=tmp_path / "b", milvus_uri=settings.resolved_milvus_uri()
+    )  # a host that never ingested
     from_b = L0Index.load_from_milvus(connect(other), other)
     assert not other.l0_index_path().exists()
     assert from_b.documents == L0Index.load(settings.l0_index_path()).documents
@@ -100,7 +102,7 @@ def test_edits_and_removals_touch_only_their_rows(tmp_path, settings, embed_mode
     assert write_l0(connect(settings), settings, kbs, _chunk_ids(settings)) == 0
 
 
-def _chunk_ids(settings: Settings) -> dict[str, list[str]]:
+def _chunk_ids(settings: KBSettings) -> dict[str, list[str]]:
     client = connect(settings)
     ids: dict[str, list[str]] = {}
     for row in iter_rows(client, settings, [settings.id_field, settings.source_field]):
@@ -131,7 +133,7 @@ def test_an_oversized_entry_is_cut_to_fit(tmp_path, settings, embed_model):
 
 def test_version_changes_with_each_ingest_that_writes_and_only_then(tmp_path, settings, embed_model):
     kb = write_kb(tmp_path / "kb", {"redis/memory.md": DOC_A})
-    reader = connect(Settings(state_dir=tmp_path / "reader", milvus_uri=settings.resolved_milvus_uri()))
+    reader = connect(KBSettings(state_dir=tmp_path / "reader", milvus_uri=settings.resolved_milvus_uri()))
     assert index_version(reader, settings) == ""  # nothing ingested yet
     ingest([kb], settings, embed_model=embed_model)
     first = index_version(reader, settings)

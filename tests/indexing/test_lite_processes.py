@@ -17,7 +17,7 @@ import psutil
 import pytest
 from pymilvus import MilvusClient
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing.index_version import index_version
 from kb_retrieval.indexing.l0_index import L0Index
@@ -29,9 +29,9 @@ from tests.support.processes import lite_server as start_lite_server
 
 HOLD = (
     "import sys\n"
-    "from kb_retrieval.config import Settings\n"
+    "from kb_retrieval.config import KBSettings\n"
     "from kb_retrieval.indexing.milvus import connect\n"
-    "connect(Settings(state_dir=sys.argv[1])).list_collections()\n"
+    "connect(KBSettings(state_dir=sys.argv[1])).list_collections()\n"
     "print('ready', flush=True)\n"
     "sys.stdin.read()\n"
 )
@@ -67,7 +67,7 @@ def test_second_process_gets_one_clear_line(holder, capfd):
     assert lite_lock_holder(data_dir) == proc.pid
     capfd.readouterr()
     with pytest.raises(MilvusLiteLockedError) as caught:
-        connect(Settings(state_dir=state))
+        connect(KBSettings(state_dir=state))
     message = str(caught.value)
     assert "\n" not in message
     assert f"Milvus Lite data dir {data_dir} is held by process {proc.pid}" in message
@@ -95,7 +95,7 @@ def test_lock_is_free_again_once_the_holder_ends(holder):
     proc, state = holder
     proc.communicate(timeout=30)
     assert lite_lock_holder((state / "milvus.db").resolve()) is None
-    client = connect(Settings(state_dir=state))
+    client = connect(KBSettings(state_dir=state))
     assert client.list_collections() == []
 
 
@@ -110,7 +110,7 @@ def _listening(pid: int) -> set[tuple[str, int]]:
 def test_embedded_lite_serves_an_unauthenticated_loopback_port(tmp_path):
     """What the README says about Lite's exposure: a gRPC port on 127.0.0.1 only, usable without credentials."""
     before = _listening(os.getpid())
-    settings = Settings(state_dir=tmp_path / "state")
+    settings = KBSettings(state_dir=tmp_path / "state")
     connect(settings).create_collection("exposed", dimension=2)
     opened = _listening(os.getpid()) - before
     assert len(opened) == 1, opened
@@ -144,7 +144,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.timeout(600)
 def test_several_processes_share_one_lite_data_dir_through_its_server(lite_server, tmp_path, embed_model):
-    settings = Settings(state_dir=tmp_path / "here", milvus_uri=lite_server, vector_store_mode="sdk")
+    settings = KBSettings(state_dir=tmp_path / "here", milvus_uri=lite_server, vector_store_mode="sdk")
     ingest = _cli("ingest", str(SAMPLE_KB / "redis"), "--uri", lite_server, "--state-dir", str(tmp_path / "ci"))
     assert ingest.returncode == 0, ingest.stderr
     client = connect(settings)
@@ -188,7 +188,7 @@ def test_state_dir_and_lite_data_files_are_the_owners_only_under_umask_022(tmp_p
 
     old = os.umask(0o022)
     try:
-        settings = Settings(state_dir=tmp_path / "state" / "kb", vector_store_mode="sdk")
+        settings = KBSettings(state_dir=tmp_path / "state" / "kb", vector_store_mode="sdk")
         ingest([SAMPLE_KB / "redis"], settings, embed_model=embed_model)
         lookup = KnowledgeLookup(settings, embed_model=embed_model)
         assert lookup.lookup("Redis memory usage high").found

@@ -14,7 +14,7 @@ import pytest
 from llama_index.core.embeddings import MockEmbedding
 from pydantic import ValidationError
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing import onnx_query
 from kb_retrieval.indexing.embeddings import BUNDLED_MODEL, bundled_model_path
 from kb_retrieval.indexing.onnx_query import (
@@ -233,22 +233,22 @@ def test_unwritable_cache_dir_is_named(tmp_path: Path) -> None:
 
 
 def test_query_encoder_uses_the_onnx_export_of_the_bundled_model(cache_dir: Path, int8_file: Path, embed_model) -> None:
-    settings = Settings(model_cache_dir=cache_dir)
+    settings = KBSettings(model_cache_dir=cache_dir)
     encoder = query_encoder(settings, None)
     assert isinstance(encoder, OnnxQueryEmbedding) and Path(encoder.model_file) == int8_file
     assert "int8" in encoder.model_name and BUNDLED_MODEL in encoder.model_name
     assert query_encoder(settings, None) is encoder  # one encoder per file in the process
-    fp32 = query_encoder(Settings(model_cache_dir=cache_dir, query_encoder="onnx"), None)
+    fp32 = query_encoder(KBSettings(model_cache_dir=cache_dir, query_encoder="onnx"), None)
     assert isinstance(fp32, OnnxQueryEmbedding) and "fp32" in fp32.model_name
     # A model the caller gives is used as given, the bundled one's HuggingFaceEmbedding included (issue 24).
     assert query_encoder(settings, embed_model) is embed_model
 
 
 def test_query_encoder_keeps_the_model_when_asked_or_not_bundled(cache_dir: Path, embed_model) -> None:
-    assert query_encoder(Settings(model_cache_dir=cache_dir, query_encoder="model"), embed_model) is embed_model
+    assert query_encoder(KBSettings(model_cache_dir=cache_dir, query_encoder="model"), embed_model) is embed_model
     own = MockEmbedding(embed_dim=384)
-    assert query_encoder(Settings(model_cache_dir=cache_dir), own) is own
-    other = Settings(model_cache_dir=cache_dir, embed_model=str(cache_dir))
+    assert query_encoder(KBSettings(model_cache_dir=cache_dir), own) is own
+    other = KBSettings(model_cache_dir=cache_dir, embed_model=str(cache_dir))
     assert query_encoder(other, embed_model) is embed_model
 
 
@@ -260,32 +260,32 @@ def test_query_encoder_falls_back_when_the_export_fails(
 
     monkeypatch.setattr(onnx_query, "export_onnx", broken_export)
     with caplog.at_level(logging.WARNING, logger=onnx_query.__name__):
-        fallback = query_encoder(Settings(model_cache_dir=tmp_path / "empty"), None)  # the bundled model itself
+        fallback = query_encoder(KBSettings(model_cache_dir=tmp_path / "empty"), None)  # the bundled model itself
     assert type(fallback).__name__ == "HuggingFaceEmbedding" and fallback.model_name == embed_model.model_name
     assert "exporter exploded" in caplog.text
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger=onnx_query.__name__):
-        fallback = query_encoder(Settings(model_cache_dir=blocker / "cache"), None)
+        fallback = query_encoder(KBSettings(model_cache_dir=blocker / "cache"), None)
     assert type(fallback).__name__ == "HuggingFaceEmbedding" and str(blocker / "cache") in caplog.text
 
 
 def test_model_cache_dir_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KB_MODEL_CACHE_DIR", raising=False)
     monkeypatch.delenv("KB_QUERY_ENCODER", raising=False)
-    assert Settings().query_encoder == "onnx-int8"
+    assert KBSettings().query_encoder == "onnx-int8"
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert Settings().resolved_model_cache_dir() == tmp_path / "kb-retrieval"
+    assert KBSettings().resolved_model_cache_dir() == tmp_path / "kb-retrieval"
     monkeypatch.delenv("XDG_CACHE_HOME")
-    assert Settings().resolved_model_cache_dir() == Path.home() / ".cache" / "kb-retrieval"
+    assert KBSettings().resolved_model_cache_dir() == Path.home() / ".cache" / "kb-retrieval"
     monkeypatch.setenv("KB_MODEL_CACHE_DIR", str(tmp_path / "models"))
     monkeypatch.setenv("KB_QUERY_ENCODER", "onnx")
-    settings = Settings()
+    settings = KBSettings()
     assert settings.resolved_model_cache_dir() == tmp_path / "models" and settings.query_encoder == "onnx"
-    assert Settings(query_encoder="model").query_encoder == "model"
+    assert KBSettings(query_encoder="model").query_encoder == "model"
     with pytest.raises(ValidationError):
-        Settings(query_encoder="torch")
+        KBSettings(query_encoder="torch")
 
 
 def test_an_export_that_fails_falls_back_to_the_model_and_names_the_versions(tmp_path: Path, caplog) -> None:
@@ -296,7 +296,7 @@ def test_an_export_that_fails_falls_back_to_the_model_and_names_the_versions(tmp
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     with caplog.at_level(logging.WARNING, logger="kb_retrieval.indexing.onnx_query"):
-        encoder = query_encoder(Settings(model_cache_dir=blocker / "cache", embed_batch_size=8), None)
+        encoder = query_encoder(KBSettings(model_cache_dir=blocker / "cache", embed_batch_size=8), None)
     assert not isinstance(encoder, OnnxQueryEmbedding) and len(encoder.get_query_embedding("disk full")) == 384
     (warning,) = [r.getMessage() for r in caplog.records if "ONNX query encoder unavailable" in r.getMessage()]
     for name in ("torch", "onnx", "onnxruntime"):

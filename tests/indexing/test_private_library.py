@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing.ingest import ingest
 from kb_retrieval.indexing.lite_files import private_umask
@@ -30,7 +30,7 @@ def _current_umask() -> int:
 def test_library_callers_get_private_state_files_under_umask_000(tmp_path, embed_model):
     old = os.umask(0)
     try:
-        settings = Settings(state_dir=tmp_path / "state")
+        settings = KBSettings(state_dir=tmp_path / "state")
         ingest([SAMPLE_KB / "redis"], settings, embed_model=embed_model)
         assert _current_umask() == 0  # the caller's umask back after ingest
         lookup = KnowledgeLookup(settings, embed_model=embed_model)

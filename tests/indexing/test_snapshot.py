@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kb_retrieval import state
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing import snapshot
 from kb_retrieval.indexing.ingest import ingest
@@ -44,18 +44,18 @@ def template(tmp_path_factory: pytest.TempPathFactory, embed_model) -> tuple[Pat
     root = tmp_path_factory.mktemp("snapshot-template")
     kb = root / "kb"
     shutil.copytree(SAMPLE_KB, kb)
-    settings = Settings(state_dir=root / "state")
+    settings = KBSettings(state_dir=root / "state")
     ingest([kb], settings, embed_model=embed_model)
     release_lite(settings)  # closed, so each test copies a whole data dir
     return root / "state", kb
 
 
 @pytest.fixture
-def kb_state(template: tuple[Path, Path], tmp_path: Path) -> tuple[Settings, Path]:
+def kb_state(template: tuple[Path, Path], tmp_path: Path) -> tuple[KBSettings, Path]:
     """A state dir of this test's own: a copy of the template's."""
     state, kb = template
     shutil.copytree(state, tmp_path / "state")
-    return Settings(state_dir=tmp_path / "state"), kb
+    return KBSettings(state_dir=tmp_path / "state"), kb
 
 
 def _no_reads(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -95,7 +95,7 @@ def test_a_later_lookup_loads_the_snapshot_and_answers_the_same(kb_state, monkey
 def test_a_new_index_version_is_read_from_milvus_and_replaces_the_snapshot(tmp_path, embed_model):
     kb = tmp_path / "kb"
     shutil.copytree(SAMPLE_KB, kb)
-    settings = Settings(state_dir=tmp_path / "state")
+    settings = KBSettings(state_dir=tmp_path / "state")
     ingest([kb], settings, embed_model=embed_model)
     KnowledgeLookup(settings).close()
     [old] = snapshot_dir(settings).glob("*.snapshot")
@@ -223,7 +223,7 @@ def test_a_write_that_fails_leaves_no_file_and_the_lookup_works(kb_state, monkey
 
 @pytest.mark.unit
 def test_the_key_follows_what_the_parts_are_built_from(tmp_path):
-    settings = Settings(state_dir=tmp_path)
+    settings = KBSettings(state_dir=tmp_path)
     key = snapshot_key(settings, "abc:1", plan="memory", lexical_mode="milvus_bm25")
     assert key and key == snapshot_key(settings, "abc:1", plan="memory", lexical_mode="milvus_bm25")
     changed = [
@@ -243,7 +243,7 @@ def test_the_key_follows_what_the_parts_are_built_from(tmp_path):
         ),
     ]
     assert None not in changed and len({key, *changed}) == 1 + len(changed)
-    # Settings that do not change what is read from the chunks keep the key.
+    # KBSettings that do not change what is read from the chunks keep the key.
     assert key == snapshot_key(
         settings.model_copy(update={"top_k": 7}), "abc:1", plan="memory", lexical_mode="milvus_bm25"
     )

@@ -21,7 +21,7 @@ import pytest
 from pymilvus import MilvusClient
 from sqlalchemy import create_engine, text
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing.ingest import ingest
 from kb_retrieval.indexing.milvus import release_lite
@@ -56,7 +56,7 @@ KNOWN_QUERIES: dict[str, str] = {
 KNOWN_CATEGORIES = ("redis", "mysql", "kubernetes", "linux")
 
 
-def check_result(result: LookupResult, settings: Settings) -> None:
+def check_result(result: LookupResult, settings: KBSettings) -> None:
     """What every result must satisfy, whatever happened: the budget holds, found agrees with the evidence."""
     summary = result.context_pack.summary
     assert summary.used_tokens <= settings.context_budget_tokens
@@ -83,14 +83,14 @@ class MilvusBackend:
     name: str
     base: Path
     uri: str | None = None
-    made: list[Settings] = field(default_factory=list)
+    made: list[KBSettings] = field(default_factory=list)
 
-    def settings(self, **changes: Any) -> Settings:
+    def settings(self, **changes: Any) -> KBSettings:
         tag = uuid.uuid4().hex[:10]
         values: dict[str, Any] = {"state_dir": self.base / f"state-{tag}", "vector_store_mode": "auto"}
         if self.uri is not None:
             values |= {"milvus_uri": self.uri, "collection": f"rel_{tag}"}
-        settings = Settings(**(values | changes))
+        settings = KBSettings(**(values | changes))
         self.made.append(settings)
         return settings
 
@@ -118,12 +118,12 @@ def milvus_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[M
 
 
 @pytest.fixture(scope="session")
-def server_sample_settings(milvus_server, tmp_path_factory: pytest.TempPathFactory, embed_model) -> Settings:
+def server_sample_settings(milvus_server, tmp_path_factory: pytest.TempPathFactory, embed_model) -> KBSettings:
     """Four folders of the sample KB ingested once into the shared Milvus server."""
     kb = tmp_path_factory.mktemp("rel-server-kb")
     for category in KNOWN_CATEGORIES:  # under one root, so the source ids are those of the sample KB
         shutil.copytree(SAMPLE_KB / category, kb / category)
-    settings = Settings(
+    settings = KBSettings(
         state_dir=tmp_path_factory.mktemp("rel-server-sample"),
         milvus_uri=milvus_server.uri,
         collection="rel_sample",
@@ -134,8 +134,8 @@ def server_sample_settings(milvus_server, tmp_path_factory: pytest.TempPathFacto
 
 
 @pytest.fixture(params=["lite", pytest.param("server", marks=pytest.mark.server)])
-def known_kb(request: pytest.FixtureRequest) -> Settings:
-    """Settings of a collection holding the sources of :data:`KNOWN_QUERIES`, on Milvus Lite or the server."""
+def known_kb(request: pytest.FixtureRequest) -> KBSettings:
+    """KBSettings of a collection holding the sources of :data:`KNOWN_QUERIES`, on Milvus Lite or the server."""
     if request.param == "lite":
         return request.getfixturevalue("sample_settings").model_copy(update={"vector_store_mode": "auto"})
     return request.getfixturevalue("server_sample_settings")

@@ -22,7 +22,7 @@ import pytest
 from llama_index.core.schema import NodeWithScore
 from sqlalchemy import text
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing import ingest as ingest_module
 from kb_retrieval.indexing.ingest import ingest
@@ -250,7 +250,7 @@ def _check_lookup(lookup: KnowledgeLookup, spy: SearchSpy, rerank: RerankSpy) ->
     return (min(block_versions) if block_versions else None), ""
 
 
-def _ingest_with(settings: Settings, kb: Path, version: int, embed_model) -> None:
+def _ingest_with(settings: KBSettings, kb: Path, version: int, embed_model) -> None:
     target = kb / VERSIONED
     tmp = target.with_suffix(".tmp")
     tmp.write_text(versioned_doc(version), encoding="utf-8")

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.ingest import ingest
 from kb_retrieval.indexing.milvus import connect, iter_rows
 from tests.conftest import REPO
@@ -73,7 +73,7 @@ class State:
     l0_files: list[str]
 
 
-def snapshot(settings: Settings) -> State:
+def snapshot(settings: KBSettings) -> State:
     s = settings
     client = connect(s)
     client.load_collection(s.collection)
@@ -104,7 +104,7 @@ def crash(tmp_path_factory, embed_model) -> Crash:
     clean: dict[str, State] = {}
     for version, docs in (("v2", kb_v2()), ("v1", kb_v1())):
         set_kb(kb, docs)
-        settings = Settings(
+        settings = KBSettings(
             state_dir=work / f"clean-{version}"
         )  # the reference: batch size is the killed run's concern
         ingest([kb], settings, embed_model=embed_model)
@@ -119,16 +119,16 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _prepare(crash: Crash, name: str, start: str) -> Settings:
+def _prepare(crash: Crash, name: str, start: str) -> KBSettings:
     """A state dir for one scenario: empty (a first ingest) or a copy of the clean v1 state (an edit)."""
     state = crash.work / name
     if start == "v1":
         shutil.copytree(crash.clean_v1_dir, state)
     set_kb(crash.kb, kb_v1() if start == "empty" else kb_v2())
-    return Settings(state_dir=state)  # finishing in this process: only the killed run needs small batches
+    return KBSettings(state_dir=state)  # finishing in this process: only the killed run needs small batches
 
 
-def _converge(settings: Settings, target: State, embed_model) -> State:
+def _converge(settings: KBSettings, target: State, embed_model) -> State:
     again = ingest([settings.state_dir.parent / "kb"], settings, embed_model=embed_model)
     state = snapshot(settings)
     assert set(state.rows) == set(target.rows), (

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing.ingest import ingest
 from kb_retrieval.models import EvidenceStatus, LookupResult
@@ -35,8 +35,8 @@ SLACK_S = 0.5
 RECOVERY_S = 150.0
 
 
-def _settings(uri: str, state: object) -> Settings:
-    return Settings(
+def _settings(uri: str, state: object) -> KBSettings:
+    return KBSettings(
         state_dir=state,
         milvus_uri=uri,
         collection="fresh_deadline",
@@ -55,7 +55,7 @@ class Served:
     processes: object  # () -> list[psutil.Process]
 
 
-def _ingested(uri: str, tmp_path_factory: pytest.TempPathFactory, embed_model) -> Settings:
+def _ingested(uri: str, tmp_path_factory: pytest.TempPathFactory, embed_model) -> KBSettings:
     kb = tmp_path_factory.mktemp("fresh-kb")
     shutil.copytree(SAMPLE_KB / "mysql", kb / "mysql")
     settings = _settings(uri, tmp_path_factory.mktemp("fresh-state"))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.ingest import ingest
 from kb_retrieval.indexing.lite_files import check_lite_files
 from kb_retrieval.indexing.milvus import release_lite
@@ -66,7 +66,7 @@ def template(tmp_path_factory: pytest.TempPathFactory, embed_model) -> tuple[Pat
     root = tmp_path_factory.mktemp("full-disk")
     kb = root / "kb"
     shutil.copytree(SAMPLE_KB / "redis", kb / "redis")
-    settings = Settings(state_dir=root / "state")
+    settings = KBSettings(state_dir=root / "state")
     ingest([kb], settings, embed_model=embed_model)
     release_lite(settings)
     return root / "state", kb

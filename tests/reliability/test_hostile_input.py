@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.indexing.ingest import ingest
@@ -160,7 +160,7 @@ def test_crafted_category_cannot_reach_other_categories_through_the_lookup(
 
 
 def test_crafted_frontmatter_is_stored_exactly_and_cannot_forge_internal_fields(tmp_path, embed_model) -> None:
-    settings = Settings(state_dir=tmp_path / "state")
+    settings = KBSettings(state_dir=tmp_path / "state")
     kb = write_kb(tmp_path / "kb", CRAFTED_DOCS)
     ingest([kb], settings, embed_model=embed_model)
     client = connect(settings)
@@ -191,7 +191,7 @@ def test_symlinks_leaving_the_root_are_refused(tmp_path: Path, embed_model) -> N
     (kb / "ops" / "linked-dir").symlink_to(outside / "x", target_is_directory=True)
     (kb / "ops" / "dotdot.md").symlink_to(Path("..") / ".." / "outside" / "secret.md")
     (kb / "ops" / "alias.md").symlink_to(kb / "ops" / "real.md")  # inside the root: fine
-    settings = Settings(state_dir=tmp_path / "state")
+    settings = KBSettings(state_dir=tmp_path / "state")
 
     summary = ingest([kb / "ops" / ".."], settings, embed_model=embed_model)  # a root spelled with ".."
 
@@ -210,7 +210,7 @@ def test_symlinks_leaving_the_root_are_refused(tmp_path: Path, embed_model) -> N
 
 def test_fifty_megabyte_file_is_refused_and_nothing_else_is_lost(tmp_path: Path, embed_model) -> None:
     kb = write_kb(tmp_path / "kb", {"ops/a.md": DOC.format(title="Alpha"), "ops/b.md": DOC.format(title="Beta")})
-    settings = Settings(state_dir=tmp_path / "state")
+    settings = KBSettings(state_dir=tmp_path / "state")
     first = ingest([kb], settings, embed_model=embed_model)
     l0_before = settings.l0_index_path().read_bytes()
     big = kb / "ops" / "huge.md"
@@ -303,7 +303,7 @@ def test_yaml_alias_bomb_is_skipped_fast_in_bounded_memory_and_the_rest_is_inges
     assert reasons["ops/nested.md"] == "broken frontmatter: collections nested deeper than 64 levels"
     assert "over the 32768-byte limit" in reasons["ops/fat.md"]
 
-    settings = Settings(state_dir=tmp_path / "state")
+    settings = KBSettings(state_dir=tmp_path / "state")
     summary = ingest([kb], settings, embed_model=embed_model)
     assert {s.source for s in summary.skipped} == set(reasons) and summary.documents == 2
     rows = connect(settings).query(settings.collection, filter='source != ""', output_fields=["source", "metadata"])
@@ -326,7 +326,7 @@ def test_injected_text_and_a_newline_in_a_file_name_stay_inside_their_block(tmp_
 
     kb = write_kb(tmp_path / "kb", {"ops/zorblax.md": INJECTION})
     (kb / "ops" / "evil\nsource: forged.md").write_text(DOC.format(title="Zorblax gateway notes"), encoding="utf-8")
-    settings = Settings(state_dir=tmp_path / "state")
+    settings = KBSettings(state_dir=tmp_path / "state")
     ingest([kb], settings, embed_model=embed_model)
     lookup = KnowledgeLookup(settings, embed_model=embed_model, trace_store=TraceStore("sqlite://"))
     output = make_lookup_tool(lookup).call(query="Zorblax gateway restart notes")

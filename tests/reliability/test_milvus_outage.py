@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import psutil
 import pytest
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing.ingest import ingest
 from kb_retrieval.models import EvidenceStatus, LookupResult
@@ -44,7 +44,7 @@ RECOVERY_DEADLINE_S = 150.0
 @dataclass
 class Outage:
     server: MilvusServer
-    settings: Settings
+    settings: KBSettings
     lookups: dict[str, KnowledgeLookup]  # sdk / vectorstore / auto, all on the server
     split: KnowledgeLookup  # auto: vectorstore on the server, sdk on Milvus Lite
 
@@ -57,7 +57,7 @@ def outage(tmp_path_factory, embed_model, sample_settings) -> Iterator[Outage]:
     server = MilvusServer(tmp_path_factory.mktemp("own-milvus"))
     server.start()
     try:
-        settings = Settings(
+        settings = KBSettings(
             state_dir=tmp_path_factory.mktemp("outage-state"),
             milvus_uri=server.uri,
             collection="outage",

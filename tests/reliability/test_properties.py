@@ -12,7 +12,7 @@ from __future__ import annotations
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.models import Candidate, EvidenceBlock, ScoreLabel
 from kb_retrieval.retrieval.context_pack import pack_context
 from kb_retrieval.retrieval.filters import equals_expr, in_expr
@@ -54,7 +54,7 @@ def test_property_in_expr_reads_back_as_exactly_the_values(items: list[str]) -> 
 @example(category='x" or category != "', ids=['1", "2'])
 def test_property_combined_filter_is_the_category_and_the_ids_only(category: str | None, ids: list[str] | None) -> None:
     retriever = L1Retriever.__new__(L1Retriever)  # filter_expr needs the settings only
-    retriever.settings = Settings()
+    retriever.settings = KBSettings()
     expr = retriever.filter_expr(category or None, ids)
     if not category and not ids:
         assert expr is None

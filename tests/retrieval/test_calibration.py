@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.models import Candidate, EvidenceBlock
 from kb_retrieval.result import relevance
 from kb_retrieval.retrieval.calibration import (
@@ -22,7 +22,7 @@ from kb_retrieval.retrieval.calibration import (
     topical_sections,
 )
 
-SETTINGS = Settings(state_dir="/nonexistent-calibration-test")
+SETTINGS = KBSettings(state_dir="/nonexistent-calibration-test")
 
 
 def _row(i: int, source: str, breadcrumb: str, content: str) -> dict:

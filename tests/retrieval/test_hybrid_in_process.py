@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.indexing.ingest import ingest
@@ -30,7 +30,7 @@ QUERIES = [
 @pytest.fixture(scope="module")
 def in_process(tmp_path_factory, embed_model) -> KnowledgeLookup:
     """A collection without full-text search (no analysed text field), searched in Milvus: BM25 runs in process."""
-    settings = Settings(
+    settings = KBSettings(
         state_dir=tmp_path_factory.mktemp("in-process"),
         vector_store_mode="sdk",
         lexical_text_field="",

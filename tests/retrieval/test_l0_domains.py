@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.models import L0Hints, QueryTransform
 from kb_retrieval.retrieval.attempts import _low_quality
 from kb_retrieval.retrieval.hybrid import LookupQuery
@@ -21,7 +21,7 @@ def _query(hints: L0Hints, category: str) -> LookupQuery:
 
 @pytest.mark.unit
 def test_low_quality_when_similarity_is_below_the_reference_threshold() -> None:
-    settings = Settings(reference_threshold=0.5)
+    settings = KBSettings(reference_threshold=0.5)
     why = _low_quality(0.41, "redis", _query(L0Hints(domains=["redis"]), "redis"), settings)
     assert why == "top similarity 0.410 below reference_threshold 0.5"
     assert _low_quality(0.62, "redis", _query(L0Hints(domains=["redis"]), "redis"), settings) is None
@@ -29,7 +29,7 @@ def test_low_quality_when_similarity_is_below_the_reference_threshold() -> None:
 
 @pytest.mark.unit
 def test_low_quality_when_l0_title_coverage_favours_a_document_outside_the_filter() -> None:
-    settings = Settings(reference_threshold=0.5)
+    settings = KBSettings(reference_threshold=0.5)
     hints = L0Hints(
         domains=["prometheus-operator"],
         title_coverage={"k8s/KubeNodeNotReady.md": 0.805, "operator/PrometheusOperatorNotReady.md": 0.52},

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.retrieval.bm25 import Bm25Postings, analyse
 from kb_retrieval.retrieval.l1.base import to_candidate
 from kb_retrieval.retrieval.l1.memory import MemoryMirror, choose_plan
@@ -74,7 +74,7 @@ def test_analyse_is_the_standard_analyser():
 def test_a_rows_candidate_is_made_once_and_each_search_gets_its_own(tmp_path):
     """The mirror keeps one candidate per row and rescores it: every search's candidates are what to_candidate makes
     of the hit, and a stage changing one does not change the next search's."""
-    settings = Settings(state_dir=tmp_path, dim=2)
+    settings = KBSettings(state_dir=tmp_path, dim=2)
     meta = {"title": "Redis", "keywords": ["RedisMemoryHigh"], "entities": [], "position": 0, "chunk_count": 2}
     rows = [
         {"id": f"c{i}", "content": f"chunk {i}", "source": "redis.md", "category": "redis", "metadata": dict(meta)}
@@ -97,20 +97,20 @@ def test_a_rows_candidate_is_made_once_and_each_search_gets_its_own(tmp_path):
             assert candidate == fresh
             candidate.keywords.append("changed by a stage")
 
-    lite = Settings(state_dir=tmp_path)
+    lite = KBSettings(state_dir=tmp_path)
     assert choose_plan(None, lite, custom_path=False)[0] == "memory"  # type: ignore[arg-type]
     assert choose_plan(None, lite, custom_path=True)[0] == "milvus"  # type: ignore[arg-type]
-    sdk = Settings(state_dir=tmp_path, vector_store_mode="sdk")
+    sdk = KBSettings(state_dir=tmp_path, vector_store_mode="sdk")
     plan, reason = choose_plan(None, sdk, custom_path=False)  # type: ignore[arg-type]
     assert plan == "milvus" and "vector_store_mode 'sdk'" in reason
-    forced = Settings(state_dir=tmp_path, vector_store_mode="sdk", lookup_plan="memory")
+    forced = KBSettings(state_dir=tmp_path, vector_store_mode="sdk", lookup_plan="memory")
     assert choose_plan(None, forced, custom_path=False)[0] == "memory"  # type: ignore[arg-type]
 
     class Server:
         def get_server_version(self) -> str:
             return "v2.3.5"
 
-    server = Settings(state_dir=tmp_path, milvus_uri="http://127.0.0.1:1")
+    server = KBSettings(state_dir=tmp_path, milvus_uri="http://127.0.0.1:1")
     plan, reason = choose_plan(Server(), server, custom_path=False)  # type: ignore[arg-type]
     assert plan == "milvus" and "server" in reason
 
@@ -164,7 +164,7 @@ def test_the_mirror_sees_another_processs_ingest(lite_server, tmp_path, embed_mo
 
     first = _cli("ingest", str(SAMPLE_KB / "redis"), "--uri", lite_server, "--state-dir", str(tmp_path / "a"))
     assert first.returncode == 0, first.stderr
-    settings = Settings(state_dir=tmp_path / "here", milvus_uri=lite_server, freshness_check_s=1.0)
+    settings = KBSettings(state_dir=tmp_path / "here", milvus_uri=lite_server, freshness_check_s=1.0)
     lookup = KnowledgeLookup(settings, embed_model=embed_model, trace_store=TraceStore("sqlite://"))
     assert lookup.plan == "memory"
     query = "MySQLReplicationLag: replica db-replica-02 is 412 seconds behind its source"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.indexing.ingest import ingest
@@ -161,7 +161,7 @@ def test_hybrid_dense_candidates_are_the_dense_top_k(bm25_lookup, embed_model):
 
 
 def test_l2_collection_similarity_equals_the_dense_search(tmp_path, embed_model):
-    settings = Settings(state_dir=tmp_path, metric="L2", collection="kb_l2", vector_store_mode="sdk")
+    settings = KBSettings(state_dir=tmp_path, metric="L2", collection="kb_l2", vector_store_mode="sdk")
     ingest([SAMPLE_KB / "mysql", SAMPLE_KB / "redis"], settings, embed_model=embed_model)
     lookup = KnowledgeLookup(settings, embed_model=embed_model)
     assert lookup.lexical_mode == "milvus_bm25"
@@ -178,9 +178,9 @@ def test_l2_collection_similarity_equals_the_dense_search(tmp_path, embed_model)
 
 def test_collection_without_full_text_falls_back_and_says_so(tmp_path, embed_model):
     # A collection made before full-text search (no analysed text field, no BM25 function).
-    old = Settings(state_dir=tmp_path, vector_store_mode="sdk", lexical_text_field="")
+    old = KBSettings(state_dir=tmp_path, vector_store_mode="sdk", lexical_text_field="")
     ingest([SAMPLE_KB / "mysql"], old, embed_model=embed_model)
-    lookup = KnowledgeLookup(Settings(state_dir=tmp_path, vector_store_mode="sdk"), embed_model=embed_model)
+    lookup = KnowledgeLookup(KBSettings(state_dir=tmp_path, vector_store_mode="sdk"), embed_model=embed_model)
     assert lookup.lexical_mode == "in_process_bm25" and lookup.lexical is not None
     assert "has no BM25 function" in lookup.features_off["milvus_bm25"]
     result = lookup.lookup(QUERY)
@@ -189,14 +189,14 @@ def test_collection_without_full_text_falls_back_and_says_so(tmp_path, embed_mod
     assert any(note.startswith("milvus_bm25 off: ") for note in result.query_transform.notes)
     # Ingest into it again keeps working (rows without the analysed text field).
     again = ingest(
-        [SAMPLE_KB / "mysql"], Settings(state_dir=tmp_path, vector_store_mode="sdk"), embed_model=embed_model
+        [SAMPLE_KB / "mysql"], KBSettings(state_dir=tmp_path, vector_store_mode="sdk"), embed_model=embed_model
     )
     assert again.chunks_embedded == 0
 
 
 def test_a_row_without_analysed_text_is_written_on_lite(tmp_path, embed_model):
     """Another writer's row (no analysed text) goes in on Lite, found by the dense request, never by BM25."""
-    settings = Settings(state_dir=tmp_path, vector_store_mode="sdk")
+    settings = KBSettings(state_dir=tmp_path, vector_store_mode="sdk")
     ingest([SAMPLE_KB / "mysql"], settings, embed_model=embed_model)
     lookup = KnowledgeLookup(settings, embed_model=embed_model)
     embedding = embed_query(embed_model, QUERY)

@@ -105,13 +105,13 @@ DOCS = {
 
 @pytest.fixture(scope="module")
 def small_lookup(tmp_path_factory: pytest.TempPathFactory, embed_model):
-    from kb_retrieval.config import Settings
+    from kb_retrieval.config import KBSettings
     from kb_retrieval.engine import KnowledgeLookup
     from kb_retrieval.indexing.ingest import ingest
 
     kb = tmp_path_factory.mktemp("rare-kb")
     write_kb(kb, DOCS)
-    settings = Settings(state_dir=tmp_path_factory.mktemp("rare-state"))
+    settings = KBSettings(state_dir=tmp_path_factory.mktemp("rare-state"))
     ingest([kb], settings, embed_model=embed_model)
     lookup = KnowledgeLookup(settings)
     yield lookup

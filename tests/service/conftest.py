@@ -60,7 +60,7 @@ def categories(result: dict) -> set[str]:
 @pytest.fixture(scope="session")
 def service_state(tmp_path_factory: pytest.TempPathFactory, embed_model) -> Path:
     """A state dir holding the knowledge base, ingested once; copy it (``state_copy``) before opening it."""
-    from kb_retrieval.config import Settings
+    from kb_retrieval.config import KBSettings
     from kb_retrieval.indexing.ingest import ingest
     from kb_retrieval.indexing.milvus import release_lite
 
@@ -70,7 +70,7 @@ def service_state(tmp_path_factory: pytest.TempPathFactory, embed_model) -> Path
         shutil.copytree(SAMPLE_KB / folder, kb / folder)
     (kb / "security").mkdir()
     (kb / HOSTILE_SOURCE).write_text(HOSTILE_DOC, encoding="utf-8")
-    settings = Settings(state_dir=root / "state", vector_store_mode="sdk")
+    settings = KBSettings(state_dir=root / "state", vector_store_mode="sdk")
     summary = ingest([kb], settings, embed_model=embed_model)
     assert summary.documents == len(list(kb.rglob("*.md")))
     release_lite(settings)  # the copies are opened by other processes
@@ -104,11 +104,11 @@ def served(state_copy, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ser
 @pytest.fixture(scope="session")
 def in_process(state_copy) -> Iterator[object]:
     """The same knowledge base looked up in this process (its own copy), to compare the server's answers with."""
-    from kb_retrieval.config import Settings
+    from kb_retrieval.config import KBSettings
     from kb_retrieval.engine import KnowledgeLookup
     from kb_retrieval.traces import TraceStore
 
-    settings = Settings(state_dir=state_copy("in-process"), vector_store_mode="sdk")
+    settings = KBSettings(state_dir=state_copy("in-process"), vector_store_mode="sdk")
     lookup = KnowledgeLookup(settings, trace_store=TraceStore("sqlite://"))
     yield lookup
     lookup.close()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kb_retrieval.bench.serve import ServeProcess
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.lite_lock import LITE_LOCK_FILE
 from kb_retrieval.service.discovery import SERVE_FILE, announce, find_server, serve_file, withdraw
 from tests.conftest import REPO
@@ -49,9 +49,9 @@ def test_lookup_on_a_held_state_dir_goes_through_its_server(state_copy, tmp_path
 
 
 @pytest.fixture
-def held(tmp_path: Path) -> Iterator[Settings]:
+def held(tmp_path: Path) -> Iterator[KBSettings]:
     """A state dir whose Lite data dir this process holds the way Milvus Lite does (an exclusive flock)."""
-    settings = Settings(state_dir=tmp_path / "state")
+    settings = KBSettings(state_dir=tmp_path / "state")
     data_dir = Path(settings.resolved_milvus_uri())
     data_dir.mkdir(parents=True)
     fd = os.open(data_dir / LITE_LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
@@ -63,7 +63,7 @@ def held(tmp_path: Path) -> Iterator[Settings]:
 
 
 @pytest.mark.unit
-def test_the_holder_of_the_lock_is_found(held: Settings) -> None:
+def test_the_holder_of_the_lock_is_found(held: KBSettings) -> None:
     assert find_server(held) is None  # no file
     announce(held, "http://127.0.0.1:9", token_required=True)
     found = find_server(held)
@@ -78,14 +78,14 @@ def test_the_holder_of_the_lock_is_found(held: Settings) -> None:
 
 
 @pytest.mark.unit
-def test_a_file_naming_a_process_that_does_not_hold_the_dir_is_ignored(held: Settings, tmp_path: Path) -> None:
+def test_a_file_naming_a_process_that_does_not_hold_the_dir_is_ignored(held: KBSettings, tmp_path: Path) -> None:
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     record = {"url": "http://127.0.0.1:9", "pid": int(gone.stdout), "collection": held.collection, "milvus": ""}
     serve_file(held).write_text(json.dumps(record))
     assert find_server(held) is None  # a server killed without cleaning up
     withdraw(held)
     assert serve_file(held).exists()  # not this process's file: left alone
-    free = Settings(state_dir=tmp_path / "free")
+    free = KBSettings(state_dir=tmp_path / "free")
     announce(free, "http://127.0.0.1:9", token_required=False)
     assert find_server(free) is None  # this process names itself but holds no lock on that dir
     for broken in ("{", "[]", json.dumps({**record, "pid": "1"})):
@@ -94,7 +94,7 @@ def test_a_file_naming_a_process_that_does_not_hold_the_dir_is_ignored(held: Set
 
 
 @pytest.mark.unit
-def test_a_server_wanting_a_token_is_named_without_one(held: Settings, capsys, monkeypatch) -> None:
+def test_a_server_wanting_a_token_is_named_without_one(held: KBSettings, capsys, monkeypatch) -> None:
     from kb_retrieval.cli import main
 
     announce(held, "http://127.0.0.1:9", token_required=True)

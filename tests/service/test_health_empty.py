@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 from starlette.testclient import TestClient
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.service import routes
 from kb_retrieval.service.app import create_app
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.unit
 
 def _client(monkeypatch, chunks: int) -> TestClient:
     lookup = SimpleNamespace(
-        settings=Settings(),
+        settings=KBSettings(),
         lexical_mode="milvus_bm25",
         index_version="v1",
         client=None,

@@ -224,9 +224,9 @@ class _FakeLookup:
     """A pipeline whose answers are scripted: ``statuses`` in order; ``gate`` holds a lookup until set."""
 
     def __init__(self, statuses: list[str]) -> None:
-        from kb_retrieval.config import Settings
+        from kb_retrieval.config import KBSettings
 
-        self.settings = Settings()
+        self.settings = KBSettings()
         self.statuses = statuses
         self.calls = 0
         self.gate = threading.Event()

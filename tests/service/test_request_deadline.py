@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 from fastapi.testclient import TestClient
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.retrieval.deadline import Deadline
 from kb_retrieval.service.app import create_app
 from kb_retrieval.service.settings import ServeSettings
@@ -28,7 +28,7 @@ class _ScriptedLookup:
     """Records the deadline of each lookup; the first one waits for ``release`` (it holds the one worker)."""
 
     def __init__(self) -> None:
-        self.settings = Settings(lookup_timeout_s=LIMIT_S, retriever_workers=1)
+        self.settings = KBSettings(lookup_timeout_s=LIMIT_S, retriever_workers=1)
         self.traces = SimpleNamespace(stored_query=lambda q: q, latest=lambda n: [])
         self.lexical_mode = "milvus_bm25"
         self.index_version = "v"

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from kb_retrieval.bench.serve import ServeProcess, post_json
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.lite_lock import lite_lock_holder
 from kb_retrieval.service.discovery import SERVE_FILE
 from kb_retrieval.traces import TraceStore
@@ -96,7 +96,7 @@ def test_two_worker_processes_answer_lookups_and_share_one_trace_store(state_cop
     assert lite_lock_holder((state / "milvus.db").resolve()) is None
     assert not (state / SERVE_FILE).exists()
     # Every answered lookup has its row, whichever worker wrote it (one SQLite file, several writers).
-    store = TraceStore.from_settings(Settings(state_dir=state))
+    store = TraceStore.from_settings(KBSettings(state_dir=state))
     try:
         rows = store.rows()
     finally:

@@ -9,7 +9,7 @@ import pytest
 from llama_index.core.base.base_retriever import BaseRetriever
 from sidecar_fakes import FakeRetriever, SlowPath
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing.milvus import connect
 from kb_retrieval.retrieval.l1.sdk import SdkPath
@@ -18,7 +18,7 @@ MakeLookup = Callable[..., KnowledgeLookup]
 
 
 @pytest.fixture
-def make_lookup(sample_settings: Settings, embed_model) -> Iterator[MakeLookup]:
+def make_lookup(sample_settings: KBSettings, embed_model) -> Iterator[MakeLookup]:
     """Builds lookups over the sample KB: ``make_lookup(sidecar=FakeRetriever(...) | None, main_delay=0.0, ...)``.
 
     ``sidecar=None`` leaves the sidecar off; a retriever switches it on and injects that retriever; a callable is

@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from kb_retrieval.cli_args import add_lookup_arguments
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.evaluation.golden import GoldenCase, load_golden
 from kb_retrieval.models import Candidate, EvidenceStatus, ScoreLabel
@@ -117,7 +117,7 @@ def test_case_marks_differences_and_measures_agreement():
     # what the agent received: the context pack's sources; the sidecar's documents never reach it
     assert [r.in_evidence for r in comparison.current.results] == [True, False, True, False]
     assert {r.in_evidence for r in comparison.sidecar.results} == {None}
-    markdown = render_markdown(build_report([CASE], [comparison], "golden/x.jsonl", 4, Settings()), "x")
+    markdown = render_markdown(build_report([CASE], [comparison], "golden/x.jsonl", 4, KBSettings()), "x")
     rows = [line for line in markdown.splitlines() if line.startswith("| 2 | ") or line.startswith("| 3 | ")]
     assert rows[0].split(" | ")[1].endswith("<br>*(not in evidence)*")  # b.md, ranked 2nd, not received
     assert "*(not in evidence)*" not in rows[1].split(" | ")[1]  # c.md was received
@@ -152,7 +152,7 @@ def test_charts_show_hit_levels_rank_shifts_and_overlap():
         compare_case(CASE, _lookup_result(True), current, sidecar, k=4),
         compare_case(CASE, _lookup_result(True), current, SidecarRun(status="timeout", reason="late"), k=4),
     ]
-    report = build_report([CASE, CASE], comparisons, "golden/x.jsonl", 4, Settings())
+    report = build_report([CASE, CASE], comparisons, "golden/x.jsonl", 4, KBSettings())
 
     levels, shifts, overlap = report_charts(report, "x")
     names = [c.file_name for c in (levels, shifts, overlap)]
@@ -266,7 +266,7 @@ def test_markdown_labels_score_semantics_per_path():
     current = [_candidate("a.md", "A")]
     run = SidecarRun(status="ok", score_label="cosine_similarity", results=[_sidecar_result(1, "a.md", "A")])
     comparison = compare_case(CASE, _lookup_result(True), current, run)
-    report = build_report([CASE], [comparison], "golden/x.jsonl", 5, Settings())
+    report = build_report([CASE], [comparison], "golden/x.jsonl", 5, KBSettings())
     markdown = render_markdown(report, "x")
     assert "Scores are not comparable across paths" in markdown
     assert "squared distance (lower is better)" in markdown

@@ -19,7 +19,7 @@ def test_stock_sidecar_answers_beside_the_main_path(sample_settings, embed_model
     # No model given, as sample_lookup: queries through the same (ONNX) encoder, so the main results compare.
     lookup = KnowledgeLookup(sample_settings.model_copy(update={"sidecar_enabled": True}))
     try:
-        detail = lookup_beside(lookup, ALERT)  # the sidecar created by the core from Settings.sidecar_factory
+        detail = lookup_beside(lookup, ALERT)  # the sidecar created by the core from KBSettings.sidecar_factory
         result, ranking, run = detail.result, detail.ranking, sidecar_run(detail.beside)
         details = lookup.traces.rows()[-1].retrieval_details
     finally:

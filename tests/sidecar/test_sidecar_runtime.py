@@ -21,7 +21,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from sidecar_fakes import QUERY, FakeRetriever, stable
 
 from kb_retrieval.beside import DISABLED_REASON, load_runner
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing.milvus import connect
 from kb_retrieval.retrieval.l1.sdk import SdkPath
@@ -53,9 +53,9 @@ def _details(lookup: KnowledgeLookup) -> dict:
 
 def test_disabled_by_default(monkeypatch, sample_lookup):
     monkeypatch.delenv("KB_SIDECAR_ENABLED", raising=False)
-    assert Settings().sidecar_enabled is False
+    assert KBSettings().sidecar_enabled is False
     monkeypatch.setenv("KB_SIDECAR_ENABLED", "true")
-    assert Settings().sidecar_enabled is True  # enabling is that one setting
+    assert KBSettings().sidecar_enabled is True  # enabling is that one setting
 
     assert sample_lookup.beside is None
     detail = lookup_beside(sample_lookup, QUERY)
@@ -90,11 +90,11 @@ def test_disabled_sidecar_is_never_imported(tmp_path):
     script = textwrap.dedent(
         f"""
         import json, sys
-        from kb_retrieval.config import Settings
+        from kb_retrieval.config import KBSettings
         from kb_retrieval.engine import KnowledgeLookup
         from kb_retrieval.indexing.ingest import ingest
 
-        settings = Settings(state_dir={str(tmp_path / "state")!r}, vector_store_mode="sdk")
+        settings = KBSettings(state_dir={str(tmp_path / "state")!r}, vector_store_mode="sdk")
         ingest([{str(tmp_path / "kb")!r}], settings)
         lookup = KnowledgeLookup(settings)
         result = lookup.lookup("which garbage collector for a latency-sensitive JVM service")
@@ -272,7 +272,7 @@ def test_a_sidecar_thread_that_cannot_start_is_unavailable(monkeypatch):
     # only the runner's module sees the broken Thread; the rest of the process keeps real threads
     fake = SimpleNamespace(Thread=NoThread, Lock=threading.Lock, Event=threading.Event)
     monkeypatch.setattr(runner_module, "threading", fake)
-    runner = runner_module.SidecarRunner(Settings(), embed_model=None, factory=FakeRetriever)  # type: ignore[arg-type]
+    runner = runner_module.SidecarRunner(KBSettings(), embed_model=None, factory=FakeRetriever)  # type: ignore[arg-type]
     run = runner.run(QUERY)
     assert run.status == "unavailable" and "can't start new thread" in (run.reason or "")
     assert runner.in_flight == 0

@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 
 from pymilvus import MilvusClient, MilvusException
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.lite_files import check_lite_files
 from kb_retrieval.indexing.lite_lock import lite_lock_holder
 
@@ -26,7 +26,7 @@ from kb_retrieval.indexing.lite_lock import lite_lock_holder
 LITE_GRPC_OPTIONS = {"grpc.keepalive_time_ms": 600_000, "grpc.keepalive_permit_without_calls": False}
 
 
-def client_options(settings: Settings) -> dict[str, Any]:
+def client_options(settings: KBSettings) -> dict[str, Any]:
     """Extra ``MilvusClient`` arguments for the configured URI (the gRPC keepalive policy for Milvus Lite)."""
     return {} if settings.is_milvus_server() else {"grpc_options": dict(LITE_GRPC_OPTIONS)}
 
@@ -89,7 +89,7 @@ class _LiteLockedFilter(logging.Filter):
 _LITE_LOCKED_FILTER = _LiteLockedFilter()
 
 
-def connect(settings: Settings) -> MilvusClient:
+def connect(settings: KBSettings) -> MilvusClient:
     """A client for the configured URI: a Milvus Lite file (created on demand) or a reachable server."""
     uri = settings.resolved_milvus_uri()
     if settings.is_milvus_server():
@@ -153,7 +153,7 @@ def is_lite_version(version: str) -> bool:
     return str(version).lower().startswith("milvus_lite")
 
 
-def is_lite_engine(client: MilvusClient, settings: Settings) -> bool:
+def is_lite_engine(client: MilvusClient, settings: KBSettings) -> bool:
     """True when the engine behind ``client`` is Milvus Lite: a local data dir, or a ``milvus-lite server`` URI.
 
     Lite wants a FLAT index and a flush after writes; a Milvus server indexes and flushes on its own.
@@ -166,7 +166,7 @@ def is_lite_engine(client: MilvusClient, settings: Settings) -> bool:
         return False
 
 
-def _open_lite(uri: str, settings: Settings) -> MilvusClient:
+def _open_lite(uri: str, settings: KBSettings) -> MilvusClient:
     """Open (or reuse, in this process) the Milvus Lite data dir; one clear line when another process holds it."""
     logger = logging.getLogger("milvus_lite.server_manager")
     if _LITE_LOCKED_FILTER not in logger.filters:
@@ -224,7 +224,7 @@ def _unwritable(data_dir: Path) -> str | None:
     return None
 
 
-def release_lite(settings: Settings) -> None:
+def release_lite(settings: KBSettings) -> None:
     """Close this process's Milvus Lite server of ``settings``: Lite opens a data dir in one process only, so this
     lets another process (a subprocess, ``kb-retrieval serve``) open it. Clients of it in this process stop working.
     Nothing to do for a Milvus server."""
@@ -238,7 +238,7 @@ def release_lite(settings: Settings) -> None:
         server_manager_instance.release_server(settings.resolved_milvus_uri())
 
 
-def _check_reachable(uri: str, timeout_s: float, settings: Settings) -> None:
+def _check_reachable(uri: str, timeout_s: float, settings: KBSettings) -> None:
     """Fail within the timeout, with the URI (password masked) in the message, when nothing listens at host:port."""
     parsed = urlparse(uri)
     host = parsed.hostname or "localhost"

@@ -8,7 +8,7 @@ from typing import Any
 
 from pymilvus import MilvusClient
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.milvus.connection import quiet_lite_unimplemented_rpcs
 
 #: Milvus' query window: offset + limit of one query at most this many rows.
@@ -17,7 +17,7 @@ QUERY_WINDOW = 16_384
 
 def iter_rows(
     client: MilvusClient,
-    settings: Settings,
+    settings: KBSettings,
     output_fields: list[str],
     batch_size: int = 2000,
     *,
@@ -51,7 +51,7 @@ def iter_rows(
         iterator.close()
 
 
-def count_rows(client: MilvusClient, settings: Settings, *, collection: str | None = None) -> int:
+def count_rows(client: MilvusClient, settings: KBSettings, *, collection: str | None = None) -> int:
     """The number of rows (chunks) the collection (or ``collection``) holds now.
 
     A ``count(*)`` query at strong consistency: a server's ``get_collection_stats`` counts only flushed segments

@@ -14,7 +14,7 @@ from typing import Any
 
 from pymilvus import DataType, Function, FunctionType, MilvusClient, MilvusException
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.milvus.connection import is_lite_engine
 
 VARCHAR_LIMITS = {"id": 64, "content": 65535, "category": 256, "source": 1024}
@@ -40,7 +40,7 @@ class SchemaMismatchError(ValueError):
 BM25_FUNCTION = "lexical_bm25"
 
 
-def build_schema(settings: Settings, *, full_text: bool = False, lite: bool = False) -> Any:
+def build_schema(settings: KBSettings, *, full_text: bool = False, lite: bool = False) -> Any:
     """The chunk collection's schema; ``full_text`` adds the analysed text field, the sparse field and the BM25
     function between them (Milvus Lite 3.2, Milvus >= 2.5).
 
@@ -98,7 +98,7 @@ def engine_has_full_text(client: MilvusClient, lite: bool) -> bool:
     return match is not None and (int(match.group(1)), int(match.group(2))) >= FULL_TEXT_SINCE
 
 
-def full_text_off(client: MilvusClient, settings: Settings) -> str | None:
+def full_text_off(client: MilvusClient, settings: KBSettings) -> str | None:
     """``None`` when the collection has full-text search (a BM25 function from the analysed text field into the
     sparse field, which only an engine that supports it could create); else why not, in one line.
 
@@ -134,7 +134,7 @@ DEFAULT_HNSW_EF = 64
 DEFAULT_IVF_NPROBE = 16
 
 
-def vector_index(settings: Settings, *, lite: bool) -> tuple[str, dict[str, Any]]:
+def vector_index(settings: KBSettings, *, lite: bool) -> tuple[str, dict[str, Any]]:
     """The index type and build parameters ingest gives a new collection (``auto``: FLAT on Lite, HNSW else).
 
     Milvus Lite 3.2.2 at 100k vectors: FLAT ~161 ms a search, HNSW ~529 ms; a Milvus 2.3 server with HNSW ~5 ms.
@@ -146,11 +146,11 @@ def vector_index(settings: Settings, *, lite: bool) -> tuple[str, dict[str, Any]
     return index_type, params
 
 
-def search_params(settings: Settings, limit: int) -> dict[str, Any]:
+def search_params(settings: KBSettings, limit: int) -> dict[str, Any]:
     """``search_params`` for a vector search returning up to ``limit`` hits: the metric and the index's knobs.
 
     Example:
-        >>> search_params(Settings(index_type="HNSW"), 20)
+        >>> search_params(KBSettings(index_type="HNSW"), 20)
         {'metric_type': 'COSINE', 'params': {'ef': 64}}
     """
     params: dict[str, Any] = dict(settings.search_params)
@@ -163,7 +163,7 @@ def search_params(settings: Settings, limit: int) -> dict[str, Any]:
     return {"metric_type": settings.metric, "params": params}
 
 
-def ensure_collection(client: MilvusClient, settings: Settings, *, create: bool = True) -> None:
+def ensure_collection(client: MilvusClient, settings: KBSettings, *, create: bool = True) -> None:
     """Create the collection when it is missing (if ``create``), else check it; then load it for search."""
     name = settings.collection
     if not client.has_collection(name):
@@ -186,7 +186,7 @@ def ensure_collection(client: MilvusClient, settings: Settings, *, create: bool 
     client.load_collection(name)
 
 
-def create_collection(client: MilvusClient, name: str, schema: Any, index_params: Any, settings: Settings) -> None:
+def create_collection(client: MilvusClient, name: str, schema: Any, index_params: Any, settings: KBSettings) -> None:
     """Create a collection at the configured consistency level; another process creating it meanwhile is fine."""
     try:
         client.create_collection(
@@ -205,7 +205,7 @@ SIDE_VECTOR = (0.0, 0.0)
 
 def ensure_side_collection(
     client: MilvusClient,
-    settings: Settings,
+    settings: KBSettings,
     name: str,
     add_fields: Callable[[Any], None],
     *,
@@ -235,7 +235,7 @@ def companion_problem(client: MilvusClient, name: str, required: set[str]) -> st
     return f"collection '{name}' lacks fields {', '.join(missing)}" if missing else None
 
 
-def validate_collection(client: MilvusClient, settings: Settings) -> None:
+def validate_collection(client: MilvusClient, settings: KBSettings) -> None:
     """Raise :class:`SchemaMismatchError` naming every way the collection differs from the settings."""
     name = settings.collection
     description = client.describe_collection(name)
@@ -289,7 +289,7 @@ def _dynamic_key(client: MilvusClient, name: str, description: dict[str, Any], k
     return bool(rows) and isinstance(rows[0].get(key), str)
 
 
-def _stock_hint(field_name: str, settings: Settings) -> str:
+def _stock_hint(field_name: str, settings: KBSettings) -> str:
     if field_name != settings.source_field:
         return ""
     return (
@@ -298,7 +298,7 @@ def _stock_hint(field_name: str, settings: Settings) -> str:
     )
 
 
-def features_off(client: MilvusClient, settings: Settings) -> dict[str, str]:
+def features_off(client: MilvusClient, settings: KBSettings) -> dict[str, str]:
     """Features the collection cannot serve, each with the reason: a collection written by another tool (e.g. stock
     LlamaIndex ``MilvusVectorStore``) has no category field (no domain filter) and no metadata field (no titles,
     breadcrumbs or keywords on candidates)."""
@@ -311,7 +311,7 @@ def features_off(client: MilvusClient, settings: Settings) -> dict[str, str]:
     return off
 
 
-def without_missing_fields(client: MilvusClient, settings: Settings) -> Settings:
+def without_missing_fields(client: MilvusClient, settings: KBSettings) -> KBSettings:
     """``settings`` with the optional fields the collection lacks set to ``""`` (nothing asks Milvus for them)."""
     off = features_off(client, settings)
     update = {}
@@ -329,7 +329,7 @@ def without_missing_fields(client: MilvusClient, settings: Settings) -> Settings
 STOCK_TITLE_KEYS = ("title", "document_title")
 
 
-def stock_title_key(client: MilvusClient, settings: Settings) -> str | None:
+def stock_title_key(client: MilvusClient, settings: KBSettings) -> str | None:
     """The first of :data:`STOCK_TITLE_KEYS` the collection keeps as a dynamic field holding text, or None."""
     description = client.describe_collection(settings.collection)
     fields = {f["name"] for f in description["fields"]}

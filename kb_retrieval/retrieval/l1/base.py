@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.models import Candidate, ScoreLabel
 from kb_retrieval.retrieval.scores import normalised_similarity
 
@@ -113,7 +113,7 @@ class TwoPaths(Protocol):
         ...
 
 
-def output_fields(settings: Settings) -> list[str]:
+def output_fields(settings: KBSettings) -> list[str]:
     """The fields a search returns with each hit (those the collection has)."""
     fields = [settings.content_field, settings.source_field, settings.category_field, settings.metadata_field]
     fields += [settings.title_field] if settings.title_field not in fields else []
@@ -121,7 +121,7 @@ def output_fields(settings: Settings) -> list[str]:
 
 
 def to_candidate(
-    settings: Settings,
+    settings: KBSettings,
     *,
     chunk_id: str,
     raw_score: float,
@@ -152,7 +152,7 @@ def to_candidate(
     )
 
 
-def title_of(settings: Settings, fields: dict[str, Any]) -> str | None:
+def title_of(settings: KBSettings, fields: dict[str, Any]) -> str | None:
     """The title a collection without our metadata field keeps in ``title_field`` (a stock collection's node
     metadata), or None."""
     title = fields.get(settings.title_field) if settings.title_field else None

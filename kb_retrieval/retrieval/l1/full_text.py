@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from pymilvus import AnnSearchRequest, MilvusClient, WeightedRanker
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.milvus import search_params
 from kb_retrieval.retrieval.l1.base import HybridRequest, L1Search, PathName, output_fields, to_candidate
 
@@ -66,7 +66,7 @@ def dense_score(query: np.ndarray, vector: Any, metric: str) -> float:
 
 
 def milvus_hybrid_search(
-    client: MilvusClient, settings: Settings, request: HybridRequest, timeout: float | None, path: PathName
+    client: MilvusClient, settings: KBSettings, request: HybridRequest, timeout: float | None, path: PathName
 ) -> L1Search:
     """One ``hybrid_search`` for ``request`` (:class:`~kb_retrieval.retrieval.l1.base.HybridRequest`; its ``terms`` an
     analysed query, :func:`kb_retrieval.retrieval.bm25.analysed_text`).
@@ -125,7 +125,7 @@ def milvus_hybrid_search(
 
 
 def fetched_and_scored(
-    client: MilvusClient, settings: Settings, embedding: list[float], expr: str, timeout: float | None, path: PathName
+    client: MilvusClient, settings: KBSettings, embedding: list[float], expr: str, timeout: float | None, path: PathName
 ) -> tuple[L1Search, dict[str, np.ndarray]]:
     """The chunks ``expr`` selects (an id list under the lookup's filters), read by key with their vectors and given
     their dense score here (:func:`dense_scores`), best first: what a dense search restricted to them returns, to
@@ -158,7 +158,7 @@ def fetched_and_scored(
     return result, kept
 
 
-def _dense_request(settings: Settings, embedding: list[float], limit: int, expr: str) -> AnnSearchRequest:
+def _dense_request(settings: KBSettings, embedding: list[float], limit: int, expr: str) -> AnnSearchRequest:
     return AnnSearchRequest(
         data=[embedding],
         anns_field=settings.vector_field,

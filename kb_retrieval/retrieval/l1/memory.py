@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from pymilvus import MilvusClient
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.milvus import iter_rows
 from kb_retrieval.models import Candidate
 from kb_retrieval.retrieval.bm25.postings import Bm25Postings
@@ -39,7 +39,7 @@ from kb_retrieval.retrieval.l1.full_text import dense_scores
 _ROW_OVERHEAD = 1200
 
 
-def _write_order(settings: Settings, row: dict[str, Any]) -> tuple[float, str, int, str]:
+def _write_order(settings: KBSettings, row: dict[str, Any]) -> tuple[float, str, int, str]:
     meta = (row.get(settings.metadata_field) if settings.metadata_field else None) or {}
     stamp, position = meta.get("ingested_at"), meta.get("position")
     return (
@@ -62,7 +62,7 @@ class MemoryMirror:
 
     name = "memory"
 
-    def __init__(self, settings: Settings, rows: list[dict[str, Any]], vectors: np.ndarray, texts: list[str]) -> None:
+    def __init__(self, settings: KBSettings, rows: list[dict[str, Any]], vectors: np.ndarray, texts: list[str]) -> None:
         self.settings = settings
         self.ids = [str(r[settings.id_field]) for r in rows]
         self.rows = rows
@@ -84,7 +84,7 @@ class MemoryMirror:
         )
 
     @classmethod
-    def load(cls, client: MilvusClient, settings: Settings, *, lexical: bool, max_mb: float) -> MemoryMirror:
+    def load(cls, client: MilvusClient, settings: KBSettings, *, lexical: bool, max_mb: float) -> MemoryMirror:
         """Read every row once; raises :class:`MirrorTooLargeError` as soon as the rows read pass ``max_mb``."""
         fields = [settings.id_field, *output_fields(settings), settings.vector_field]
         if lexical:
@@ -125,7 +125,7 @@ class MemoryMirror:
         state["_candidates"] = None
         return state
 
-    def bind(self, settings: Settings) -> None:
+    def bind(self, settings: KBSettings) -> None:
         """Attach a mirror loaded from a snapshot to the settings of the lookup object that loaded it."""
         self.settings = settings
         self._candidates = [None] * len(self.rows)
@@ -223,13 +223,13 @@ class MemoryMirror:
         return rescored(made, score)  # a copy: the kept candidate is never handed out
 
 
-def estimated_mirror_mb(chunks: int, settings: Settings, text_bytes: int = 2048) -> float:
+def estimated_mirror_mb(chunks: int, settings: KBSettings, text_bytes: int = 2048) -> float:
     """About how many MB the mirror of ``chunks`` rows holds (vector, content and analysed text of ~1 KB each, the
     row's Python objects); the mirror itself counts what it reads."""
     return chunks * (settings.dim * 4 + _ROW_OVERHEAD + text_bytes) / (1024 * 1024)
 
 
-def choose_plan(client: MilvusClient, settings: Settings, *, custom_path: bool) -> tuple[str, str]:
+def choose_plan(client: MilvusClient, settings: KBSettings, *, custom_path: bool) -> tuple[str, str]:
     """The lookup plan for this engine and these settings, and why, in one line (``stats`` and the trace say it).
 
     ``auto`` is ``memory`` on Milvus Lite (a local data dir or ``milvus-lite server``: FLAT search in one process,

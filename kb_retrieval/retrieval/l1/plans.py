@@ -26,7 +26,7 @@ from typing import Protocol
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.schema import NodeWithScore
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.models import Candidate, LexicalMode
 from kb_retrieval.retrieval.bm25 import LexicalHit, LexicalIndex, analysed_text, relative_to_best
 from kb_retrieval.retrieval.deadline import DENSE_BESIDE, Deadline
@@ -97,12 +97,12 @@ class L1Plan(Protocol):
 class InProcessBm25:
     """BM25 in this process (:class:`~kb_retrieval.retrieval.bm25.LexicalIndex`): its hits, under the category."""
 
-    def __init__(self, index: LexicalIndex, settings: Settings) -> None:
+    def __init__(self, index: LexicalIndex, settings: KBSettings) -> None:
         self.index = index
         self.settings = settings
 
     @classmethod
-    def of(cls, index: LexicalIndex | None, settings: Settings, lexical_mode: LexicalMode) -> InProcessBm25 | None:
+    def of(cls, index: LexicalIndex | None, settings: KBSettings, lexical_mode: LexicalMode) -> InProcessBm25 | None:
         """The in-process BM25 of a pipeline, or ``None`` when it does not run (another mode, no index, top k 0)."""
         runs = lexical_mode == "in_process_bm25" and index is not None and settings.lexical_top_k > 0
         return cls(index, settings) if runs and index is not None else None
@@ -117,7 +117,7 @@ class InProcessBm25:
         return self.index.search(query_text, self.settings.lexical_top_k, category)
 
 
-def wanted(settings: Settings, query: PlanQuery, lexical_hits: list[LexicalHit]) -> list[str]:
+def wanted(settings: KBSettings, query: PlanQuery, lexical_hits: list[LexicalHit]) -> list[str]:
     """The chunks an exact identifier or BM25 (from ``lexical_rescore_min`` up) brings, whether or not the dense
     search returns them too."""
     floor = settings.lexical_rescore_min

@@ -18,7 +18,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import NodeWithScore, QueryBundle
 from pymilvus import MilvusClient
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.models import Candidate
 from kb_retrieval.retrieval.deadline import MIN_CALL_S
@@ -44,7 +44,7 @@ from kb_retrieval.retrieval.l1.vectorstore import VectorStorePath
 from kb_retrieval.retrieval.stage import candidate_node
 
 
-def make_path(settings: Settings, client: MilvusClient) -> VectorPath:
+def make_path(settings: KBSettings, client: MilvusClient) -> VectorPath:
     """The configured path: ``vectorstore``, ``sdk`` or ``auto``."""
     if settings.vector_store_mode == "sdk":
         return SdkPath(client, settings)
@@ -84,7 +84,7 @@ class KeptChunks:
     while the chunk exists; the owner starts a new one with each index version. Bounded like the memory plan's mirror
     (``memory_plan_max_mb``, a chunk counted with its vector): past it nothing more is kept."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: KBSettings) -> None:
         self.settings = settings
         self.max_chunks = int(settings.memory_plan_max_mb / estimated_mirror_mb(1, settings))
         self._rows: dict[str, Candidate] = {}
@@ -141,7 +141,7 @@ class L1Retriever(BaseRetriever):
     def __init__(
         self,
         path: VectorPath,
-        settings: Settings,
+        settings: KBSettings,
         embed_model: BaseEmbedding,
         *,
         category_filter: str | None = None,

@@ -11,7 +11,7 @@ import numpy as np
 from llama_index.core.instrumentation import get_dispatcher
 from pymilvus import MilvusClient
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.milvus import search_params
 from kb_retrieval.models import Candidate
 from kb_retrieval.retrieval.l1.base import HybridRequest, L1Search, one_version_per_source, output_fields, to_candidate
@@ -25,7 +25,7 @@ class SdkPath:
 
     name = "sdk"
 
-    def __init__(self, client: MilvusClient, settings: Settings) -> None:
+    def __init__(self, client: MilvusClient, settings: KBSettings) -> None:
         self.client = client
         self.settings = settings
         self._fields = output_fields(settings)

@@ -21,7 +21,7 @@ from llama_index.core.vector_stores.types import VectorStoreQuery
 from llama_index.vector_stores.milvus import MilvusVectorStore
 from llama_index.vector_stores.milvus.base import IndexManagement
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.milvus import client_options
 from kb_retrieval.retrieval.l1.base import HybridRequest, L1Search, one_version_per_source, output_fields, to_candidate
 from kb_retrieval.retrieval.l1.full_text import fetched_and_scored, milvus_hybrid_search
@@ -34,7 +34,7 @@ class VectorStoreUnavailableError(RuntimeError):
     """The MilvusVectorStore could not be created for the collection."""
 
 
-def make_vector_store(settings: Settings) -> MilvusVectorStore:
+def make_vector_store(settings: KBSettings) -> MilvusVectorStore:
     """A ``MilvusVectorStore`` on the existing collection, its searches bounded by the lookup's deadline."""
     store = MilvusVectorStore(
         uri=settings.resolved_milvus_uri(),
@@ -68,7 +68,7 @@ class VectorStorePath:
 
     name = "vectorstore"
 
-    def __init__(self, settings: Settings, store: MilvusVectorStore | None = None) -> None:
+    def __init__(self, settings: KBSettings, store: MilvusVectorStore | None = None) -> None:
         self.settings = settings
         self._store = store
         self._lock = threading.Lock()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kb_retrieval.config import Settings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.indexing.ingest import ingest
@@ -18,8 +18,8 @@ QUERY = "MySQL replica is many seconds behind the primary"
 
 
 @pytest.fixture(scope="module")
-def l2_settings(tmp_path_factory, embed_model) -> Settings:
-    settings = Settings(state_dir=tmp_path_factory.mktemp("l2"), metric="L2", collection="kb_l2")
+def l2_settings(tmp_path_factory, embed_model) -> KBSettings:
+    settings = KBSettings(state_dir=tmp_path_factory.mktemp("l2"), metric="L2", collection="kb_l2")
     ingest([SAMPLE_KB / "mysql", SAMPLE_KB / "redis"], settings, embed_model=embed_model)
     return settings
 
@@ -28,7 +28,7 @@ def l2_settings(tmp_path_factory, embed_model) -> Settings:
 def test_each_mode_serves_and_says_which_path(sample_settings, embed_model, mode):
     """On the milvus plan (a search in Milvus per attempt) the mode picks the path; on Milvus Lite ``auto`` is the
     memory plan (tests/retrieval/test_memory_plan.py), so the plan is pinned here."""
-    mode_setting = Settings(vector_store_mode=mode).vector_store_mode
+    mode_setting = KBSettings(vector_store_mode=mode).vector_store_mode
     lookup = KnowledgeLookup(
         sample_settings.model_copy(update={"vector_store_mode": mode_setting, "lookup_plan": "milvus"}),
         embed_model=embed_model,
