@@ -443,6 +443,13 @@ class KBSettings(BaseSettings):
         "the evidence blocks (hit reason l1_rank): the threshold decides whether the knowledge base answers, the "
         "ranking which document comes first; false: only documents at the threshold are blocks.",
     )
+    evidence_fills_by_ranking: bool = Field(
+        default=True,
+        description="Once a lookup has evidence, the documents ranked below the first one at evidence_threshold "
+        "follow it in rank order up to max_evidence_blocks, at the threshold or not (hit reason l1_rank): the "
+        "context budget then decides how many the agent reads; relevance and completenessHint still count only "
+        "the documents at the threshold and those ranked above them; false: only documents at the threshold follow.",
+    )
     lexical_enabled: bool = Field(
         default=True,
         description="BM25 over the collection's chunks beside the dense search: in Milvus (one hybrid_search call) "

@@ -32,7 +32,7 @@ from kb_retrieval.models import (
 from kb_retrieval.retrieval.attempts import AttemptResult, L1Outcome
 from kb_retrieval.retrieval.calibration import Calibration, lexical_lead
 from kb_retrieval.retrieval.context_pack import block_header
-from kb_retrieval.retrieval.evidence import evidence_score
+from kb_retrieval.retrieval.evidence import evidence_score, is_ranking_fill
 from kb_retrieval.retrieval.stage import stage_of
 
 if TYPE_CHECKING:
@@ -89,7 +89,9 @@ def assemble_result(
             calibration=l1.calibration.as_trace() if l1.calibration else None,
         ),
         rerank_trace=rerank_trace(selected),
-        relevance_level=relevance(blocks, scoring, l1.calibration, selected.nodes if selected else None),
+        relevance_level=relevance(
+            [b for b in blocks if not is_ranking_fill(b)], scoring, l1.calibration, selected.nodes if selected else None
+        ),
         completeness_hint=completeness(blocks, pack.summary),
         confidence=lead_confidence(selected, blocks, scoring.close_call_margin),
         retrieval_layer=layer(transform, attempts, blocks),
@@ -195,10 +197,22 @@ def completeness(blocks: list[EvidenceBlock], summary: ContextPackSummary) -> st
     """What the agent's context holds of the evidence, and whether the budget (not the question) cut it.
 
     ``partial`` when the budget left out evidence the retrieval matched: a whole document, part of one, or a matched
-    section; ``matched_sections`` when only unmatched context was left out.
+    section; ``matched_sections`` when only unmatched context was left out. The blocks the ranking added below the
+    threshold (:func:`~kb_retrieval.retrieval.evidence.is_ranking_fill`) are context, not evidence: the hint reads
+    the others only, whatever the budget did with those.
     """
+    blocks = [b for b in blocks if not is_ranking_fill(b)]
     if not blocks:
         return "no_evidence"
+    evidence = {b.source for b in blocks}
+    summary = summary.model_copy(
+        update={
+            "omitted_sources": [s for s in summary.omitted_sources if s in evidence],
+            "truncated_sources": [s for s in summary.truncated_sources if s in evidence],
+            "sections_left_out": {s: n for s, n in summary.sections_left_out.items() if s in evidence},
+            "matched_left_out": {s: n for s, n in summary.matched_left_out.items() if s in evidence},
+        }
+    )
     cut = len(summary.omitted_sources) + len(summary.truncated_sources) + sum(summary.matched_left_out.values())
     if cut:
         parts = [

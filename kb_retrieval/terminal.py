@@ -19,6 +19,7 @@ import textwrap
 from kb_retrieval.config import ScoringSettings
 from kb_retrieval.models import ContextPackSummary, DocumentSection, EvidenceBlock, LookupResult, NearMiss
 from kb_retrieval.result import relevance
+from kb_retrieval.retrieval.evidence import fills_after_evidence
 from kb_retrieval.retrieval.stage import HitKind
 
 #: How many hit reasons the "why" column shows (the rest are in ``--json``).
@@ -190,7 +191,8 @@ def reason_in_words(reason: str) -> str:
         name, best = max(scores.items(), key=lambda item: item[1], default=("", 0.0))
         return f"document as a whole close ({name.strip()} {best:.2f})" if name else "document as a whole close"
     if kind == HitKind.L1_RANK.value:
-        return "ranked above the first document at the evidence threshold"
+        where = "below" if fills_after_evidence(reason) else "above"
+        return f"ranked {where} the first document at the evidence threshold"
     if kind == HitKind.L1_SEMANTIC.value:
         return f"meaning close ({_number(detail, 2)})"
     if kind == HitKind.LEXICAL_BM25.value:

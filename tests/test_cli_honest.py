@@ -94,7 +94,8 @@ def test_a_partial_pack_names_the_budget_not_the_question():
 
     block = EvidenceBlock(source="a.md", retrieval_layer="L1", content="x", score=0.9, similarity=0.8)
     cut = ContextPackSummary(budget_tokens=1200, used_tokens=1200, omitted_sources=["b.md"])
-    hint = completeness([block, block], cut)
+    # The budget left out b.md, one of the evidence documents (a source the blocks do not hold is not evidence cut).
+    hint = completeness([block, block.model_copy(update={"source": "b.md"})], cut)
     assert hint.startswith("partial: the context budget (1200 tokens), not the question, cut evidence")
     assert "KB_CONTEXT_BUDGET_TOKENS" in hint and "narrower question" not in hint
     whole = ContextPackSummary(budget_tokens=1200, used_tokens=10)

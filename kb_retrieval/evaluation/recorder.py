@@ -39,6 +39,7 @@ def record_fixtures(
         "max_evidence_blocks": settings.max_evidence_blocks,
         "evidence_threshold": settings.evidence_threshold,
         "evidence_follows_ranking": settings.evidence_follows_ranking,
+        "evidence_fills_by_ranking": settings.evidence_fills_by_ranking,
         "reference_threshold": settings.reference_threshold,
     }
     bar = progress_bar(len(cases), "recording fixtures", "case", enabled=progress)

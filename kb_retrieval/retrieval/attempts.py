@@ -221,6 +221,7 @@ class AttemptRunner:
                     evidence_threshold=self.calibration.evidence_threshold,
                     max_blocks=settings.max_evidence_blocks,
                     follow_ranking=settings.evidence_follows_ranking,
+                    fill_by_ranking=settings.evidence_fills_by_ranking,
                 )
         trace.evidence_count = len(blocks)
         trace.evidence_threshold = settings.evidence_threshold  # what a near miss is reported against

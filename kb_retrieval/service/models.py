@@ -25,6 +25,7 @@ OVERRIDABLE = (
     "reference_threshold",
     "evidence_threshold",
     "evidence_follows_ranking",
+    "evidence_fills_by_ranking",
     "lexical_enabled",
     "lexical_top_k",
     "lexical_weight",

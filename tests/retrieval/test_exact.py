@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kb_retrieval.retrieval.evidence import build_evidence_blocks
+from kb_retrieval.retrieval.evidence import build_evidence_blocks, is_ranking_fill
 from kb_retrieval.retrieval.exact import ExactIdentifierIndex, is_identifier, query_identifiers
 from kb_retrieval.retrieval.rerank import RuleReranker
 from kb_retrieval.retrieval.stage import candidate_node
@@ -61,8 +61,11 @@ def test_exact_identifier_makes_evidence_despite_low_similarity():
     ]
     ranked = RuleReranker().postprocess_nodes(nodes, query_str="getaddrinfo ENOTFOUND")
     blocks = build_evidence_blocks(ranked, evidence_threshold=0.42, max_blocks=5)
-    assert [b.source for b in blocks] == ["a.md"]  # b, as weak and without it, is no evidence
+    # b, as weak and without it, is no evidence: it only follows the ranking once a answers
+    assert [b.source for b in blocks] == ["a.md", "b.md"] and [is_ranking_fill(b) for b in blocks] == [False, True]
     assert "exact_match:ENOTFOUND" in blocks[0].hit_reasons
+    strict = build_evidence_blocks(ranked, evidence_threshold=0.42, max_blocks=5, fill_by_ranking=False)
+    assert [b.source for b in strict] == ["a.md"]
 
 
 def test_a_unique_error_string_finds_its_document_on_the_sample_kb(sample_lookup):

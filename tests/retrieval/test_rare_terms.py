@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from kb_retrieval.retrieval.evidence import build_evidence_blocks
+from kb_retrieval.retrieval.evidence import build_evidence_blocks, is_ranking_fill
 from kb_retrieval.retrieval.exact import ExactIdentifierIndex, named_terms, query_words
 from kb_retrieval.retrieval.rerank import RuleReranker
 from kb_retrieval.retrieval.stage import candidate_node
@@ -77,7 +77,8 @@ def test_a_rare_term_makes_evidence_with_its_own_hit_reason():
     ]
     ranked = RuleReranker().postprocess_nodes(nodes, query_str="the Watchdog page stopped")
     blocks = build_evidence_blocks(ranked, evidence_threshold=0.42, max_blocks=5)
-    assert [b.source for b in blocks] == ["watchdog.md"]
+    assert [b.source for b in blocks] == ["watchdog.md", "b.md"]  # b only follows the ranking: no evidence
+    assert [is_ranking_fill(b) for b in blocks] == [False, True]
     assert "rare_term:Watchdog" in blocks[0].hit_reasons
     assert not any(r.startswith("exact_match:") for r in blocks[0].hit_reasons)
 
