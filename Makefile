@@ -45,15 +45,16 @@ eval: $(STAMP)
 
 # The committed baselines, regenerated from fresh ingests (tests/test_baselines.py checks they are current):
 # the sample KB's fixtures, the offline evaluation of them, and the sidecar comparison on the runbooks corpus.
+# Queries are embedded by the fp32 ONNX export: the default int8 one moves with the CPU's instruction set.
 SHARED ?= ../shared
 baselines: $(STAMP)
 	rm -rf .kb-state/baselines golden/fixtures/sample-kb reports/retrieval-eval
 	$(BIN)/kb-retrieval ingest kb_retrieval/sample_kb --state-dir .kb-state/baselines/sample
-	$(BIN)/kb-retrieval fixtures record --golden golden/sample-kb.jsonl --out golden/fixtures/sample-kb \
+	KB_QUERY_ENCODER=onnx $(BIN)/kb-retrieval fixtures record --golden golden/sample-kb.jsonl --out golden/fixtures/sample-kb \
 		--state-dir .kb-state/baselines/sample --mode sdk
 	$(BIN)/kb-retrieval eval --golden golden/sample-kb.jsonl --fixtures golden/fixtures/sample-kb --out reports/retrieval-eval
 	$(BIN)/kb-retrieval ingest $(SHARED)/corpora/runbooks --state-dir .kb-state/baselines/runbooks
-	$(BIN)/kb-retrieval compare --golden $(SHARED)/golden/runbooks-alerts-dev.jsonl --out reports/compare \
+	KB_QUERY_ENCODER=onnx $(BIN)/kb-retrieval compare --golden $(SHARED)/golden/runbooks-alerts-dev.jsonl --out reports/compare \
 		--state-dir .kb-state/baselines/runbooks
 
 bench: $(STAMP)

@@ -5,9 +5,12 @@ tests/evaluation/test_baseline.py checks, and the sidecar comparison on the runb
 that moves a result fails here until they are regenerated on purpose.
 
 What must match exactly is everything but the scores: sources, their order (every rank), labels, counts, outcomes,
-texts. A score may differ by :data:`SCORE_TOLERANCE`: with the same packages, the int8 query encoder's similarities
-differ by up to ~0.01 from one kind of CPU to another (onnxruntime's int8 kernels follow the instruction set), so the
-baselines made on one machine hold on another without ``make baselines``. A chart (PNG) is a drawing of the report's
+texts. A score may differ by :data:`SCORE_TOLERANCE`. The baselines embed queries with the fp32 ONNX export
+(``KB_QUERY_ENCODER=onnx``), not the default int8 one: the int8 encoder's similarities differ by up to ~0.01 from one
+kind of CPU to another (onnxruntime's int8 kernels follow the instruction set: VNNI/AMX or not), enough to swap two
+close candidates, so baselines recorded on one kind of CPU failed on another (seen: the sample KB's fixtures
+recorded on one machine ordered 40 of 53 cases' candidates differently on an AVX-512/AMX machine); fp32 kernels
+differ by rounding only, so the baselines made on one machine hold on another without ``make baselines``. A chart (PNG) is a drawing of the report's
 figures, compared through them: it must exist, and be a PNG.
 """
 
@@ -23,6 +26,8 @@ import pytest
 from tests.conftest import REPO, SHARED
 
 REGENERATE = "regenerate with `make baselines` on purpose"
+#: The query encoder of the baselines (`make baselines` sets KB_QUERY_ENCODER=onnx): the same on every kind of CPU.
+FP32 = "onnx"
 #: How far a score may move between two kinds of CPU (twice the ~0.01 measured between two).
 SCORE_TOLERANCE = 0.02
 _DECIMAL = re.compile(r"-?\d+\.\d+")
@@ -71,9 +76,16 @@ def test_sample_kb_fixtures_are_current(sample_lookup, tmp_path, monkeypatch):
     """`fixtures record --mode sdk` on a fresh ingest of the sample KB gives the committed fixtures."""
     from kb_retrieval.evaluation.recorder import record_fixtures
 
+    from kb_retrieval.engine import KnowledgeLookup
+
     monkeypatch.chdir(REPO)
     assert sample_lookup.settings.vector_store_mode == "sdk"
-    record_fixtures(Path("golden/sample-kb.jsonl"), tmp_path, sample_lookup.settings, lookup=sample_lookup)
+    settings = sample_lookup.settings.model_copy(update={"query_encoder": FP32})
+    lookup = KnowledgeLookup(settings)
+    try:
+        record_fixtures(Path("golden/sample-kb.jsonl"), tmp_path, settings, lookup=lookup)
+    finally:
+        lookup.close()
     _same_files(tmp_path, REPO / "golden" / "fixtures" / "sample-kb", "*.json")
 
 
@@ -87,8 +99,8 @@ def test_compare_report_is_current(runbooks_lookup, tmp_path, monkeypatch):
     golden = SHARED / "golden" / "runbooks-alerts-dev.jsonl"
     assert golden.is_file(), f"the shared golden set is missing at {golden}"
     monkeypatch.chdir(REPO)  # the report names the golden file as `make baselines` gives it
-    settings = runbooks_lookup.settings.model_copy(update={"vector_store_mode": "auto", "sidecar_enabled": True})
-    lookup = KnowledgeLookup(settings)  # queries embedded as `kb-retrieval compare` embeds them (ONNX)
+    update = {"vector_store_mode": "auto", "sidecar_enabled": True, "query_encoder": FP32}
+    lookup = KnowledgeLookup(runbooks_lookup.settings.model_copy(update=update))  # as `make baselines`' compare
     try:
         report = run_comparison("../shared/golden/runbooks-alerts-dev.jsonl", lookup, 5)
     finally:

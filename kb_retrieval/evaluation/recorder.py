@@ -35,6 +35,7 @@ def record_fixtures(
         "collection": settings.collection,
         "metric": settings.metric,
         "vector_store_mode": settings.vector_store_mode,
+        "query_encoder": settings.query_encoder,
         "top_k": settings.top_k,
         "max_evidence_blocks": settings.max_evidence_blocks,
         "evidence_threshold": settings.evidence_threshold,
