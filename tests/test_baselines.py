@@ -5,13 +5,14 @@ tests/evaluation/test_baseline.py checks, and the sidecar comparison on the runb
 that moves a result fails here until they are regenerated on purpose.
 
 What must match exactly is everything but the scores: sources, their order (every rank), labels, counts, outcomes,
-texts. A score may differ by :data:`SCORE_TOLERANCE`. The baselines embed queries with the fp32 ONNX export
-(``KB_QUERY_ENCODER=onnx``), not the default int8 one: the int8 encoder's similarities differ by up to ~0.01 from one
-kind of CPU to another (onnxruntime's int8 kernels follow the instruction set: VNNI/AMX or not), enough to swap two
-close candidates, so baselines recorded on one kind of CPU failed on another (seen: the sample KB's fixtures
-recorded on one machine ordered 40 of 53 cases' candidates differently on an AVX-512/AMX machine); fp32 kernels
-differ by rounding only, so the baselines made on one machine hold on another without ``make baselines``. A chart (PNG) is a drawing of the report's
-figures, compared through them: it must exist, and be a PNG.
+texts. A score may differ by :data:`SCORE_TOLERANCE`. The baselines are made as `make baselines` makes them: a fresh
+``kb-retrieval ingest`` (the ONNX passage encoder, not the test session's model, whose vectors differ in the fourth
+decimal) and queries through the fp32 ONNX export (``KB_QUERY_ENCODER=onnx``), not the default int8 one, whose
+similarities differ by up to ~0.01 from one kind of CPU to another (onnxruntime's int8 kernels follow the
+instruction set): enough to swap two close candidates, so int8 baselines recorded on one kind of CPU failed on
+another (an AVX-512/AMX machine). fp32 kernels differ by rounding only, so the baselines made on one machine hold on
+another without ``make baselines``. A chart (PNG) is a drawing of the report's figures, compared through them: it
+must exist, and be a PNG.
 """
 
 from __future__ import annotations
@@ -71,26 +72,36 @@ def _same_files(produced: Path, committed: Path, pattern: str) -> None:
             _same_text(new.read_text(encoding="utf-8"), old.read_text(encoding="utf-8"), name)
 
 
+def _ingested(kb: Path, state_dir: Path, **update: Any) -> Any:
+    """Settings of a fresh state dir holding ``kb``, ingested as `make baselines` ingests it (``kb-retrieval ingest``:
+    the ONNX passage encoder, not the test session's model, whose vectors differ in the fourth decimal), queries
+    through the fp32 encoder."""
+    from kb_retrieval.config import KBSettings
+    from kb_retrieval.indexing.ingest import ingest
+
+    settings = KBSettings(state_dir=state_dir)
+    ingest([kb], settings)
+    return settings.model_copy(update={"query_encoder": FP32, **update})
+
+
 @pytest.mark.timeout(900)
-def test_sample_kb_fixtures_are_current(sample_lookup, tmp_path, monkeypatch):
+def test_sample_kb_fixtures_are_current(tmp_path, monkeypatch):
     """`fixtures record --mode sdk` on a fresh ingest of the sample KB gives the committed fixtures."""
+    from kb_retrieval.engine import KnowledgeLookup
     from kb_retrieval.evaluation.recorder import record_fixtures
 
-    from kb_retrieval.engine import KnowledgeLookup
-
     monkeypatch.chdir(REPO)
-    assert sample_lookup.settings.vector_store_mode == "sdk"
-    settings = sample_lookup.settings.model_copy(update={"query_encoder": FP32})
+    settings = _ingested(REPO / "kb_retrieval" / "sample_kb", tmp_path / "state", vector_store_mode="sdk")
     lookup = KnowledgeLookup(settings)
     try:
-        record_fixtures(Path("golden/sample-kb.jsonl"), tmp_path, settings, lookup=lookup)
+        record_fixtures(Path("golden/sample-kb.jsonl"), tmp_path / "fixtures", settings, lookup=lookup)
     finally:
         lookup.close()
-    _same_files(tmp_path, REPO / "golden" / "fixtures" / "sample-kb", "*.json")
+    _same_files(tmp_path / "fixtures", REPO / "golden" / "fixtures" / "sample-kb", "*.json")
 
 
 @pytest.mark.timeout(1800)
-def test_compare_report_is_current(runbooks_lookup, tmp_path, monkeypatch):
+def test_compare_report_is_current(tmp_path, monkeypatch):
     """`compare` on a fresh ingest of the runbooks corpus (mode auto, sidecar on) gives the committed report."""
     from kb_retrieval.engine import KnowledgeLookup
     from sidecar.comparison import run_comparison
@@ -98,17 +109,17 @@ def test_compare_report_is_current(runbooks_lookup, tmp_path, monkeypatch):
 
     golden = SHARED / "golden" / "runbooks-alerts-dev.jsonl"
     assert golden.is_file(), f"the shared golden set is missing at {golden}"
+    corpus = SHARED / "corpora" / "runbooks"
+    settings = _ingested(corpus, tmp_path / "state", vector_store_mode="auto", sidecar_enabled=True)
     monkeypatch.chdir(REPO)  # the report names the golden file as `make baselines` gives it
-    update = {"vector_store_mode": "auto", "sidecar_enabled": True, "query_encoder": FP32}
-    lookup = KnowledgeLookup(runbooks_lookup.settings.model_copy(update=update))  # as `make baselines`' compare
+    lookup = KnowledgeLookup(settings)
     try:
         report = run_comparison("../shared/golden/runbooks-alerts-dev.jsonl", lookup, 5)
     finally:
         lookup.close()
-    write_compare_report(report, tmp_path, "runbooks-alerts-dev")
-    _same_files(tmp_path, REPO / "reports" / "compare", "*.json")
-    _same_files(tmp_path, REPO / "reports" / "compare", "*.md")
-    _same_files(tmp_path, REPO / "reports" / "compare", "*.png")
+    write_compare_report(report, tmp_path / "report", "runbooks-alerts-dev")
+    for pattern in ("*.json", "*.md", "*.png"):
+        _same_files(tmp_path / "report", REPO / "reports" / "compare", pattern)
 
 
 @pytest.mark.unit
