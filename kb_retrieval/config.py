@@ -523,7 +523,7 @@ class KBSettings(BaseSettings):
     trace_content_chars: int = Field(default=160, ge=0, description="Content preview kept in trace rows.")
 
     # --- sidecar (comparison only) -----------------------------------------------------------------------
-    sidecar_enabled: bool = Field(default=False, description="Run the stock LlamaIndex retriever beside.")
+    sidecar_enabled: bool = Field(default=False, description="Run the sidecar (stock LlamaIndex retriever) per lookup.")
     sidecar_timeout_s: float = Field(
         default=5.0, gt=0, description="How long a lookup waits for the sidecar at its end (then: status timeout)."
     )

@@ -34,7 +34,6 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.instrumentation import get_dispatcher
 from pymilvus import MilvusClient
 
-from kb_retrieval.beside import BesideRun, BesideRunner, disabled_entry, load_runner
 from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.indexing.ingest_record import read_ingest_record
@@ -60,6 +59,7 @@ from kb_retrieval.retrieval.scope import scope_expr
 from kb_retrieval.retrieval.stage import stage_of
 from kb_retrieval.retrieval.templates import without_placeholders
 from kb_retrieval.retrieval.timing import StageClock
+from kb_retrieval.sidecar_protocol import SidecarRunnerProtocol, SidecarRunProtocol, disabled_entry, load_runner
 from kb_retrieval.state import RetrievalState, StateHolder, StateLoader
 from kb_retrieval.traces import TraceStore
 
@@ -89,11 +89,11 @@ def __getattr__(name: str) -> Any:
 
 @dataclass
 class LookupDetails:
-    """A lookup's result, the document-level ranking it came from, and the comparison run beside it (if any)."""
+    """A lookup's result, the document-level ranking it came from, and the sidecar's run beside it (if any)."""
 
     result: LookupResult
     ranking: list[Candidate] = field(default_factory=list)
-    beside: BesideRun | None = None
+    sidecar: SidecarRunProtocol | None = None
 
 
 class KnowledgeLookup:
@@ -112,13 +112,13 @@ class KnowledgeLookup:
         client: MilvusClient | None = None,
         path: VectorPath | None = None,
         trace_store: TraceStore | None = None,
-        beside: BesideRunner | None = None,
+        sidecar: SidecarRunnerProtocol | None = None,
     ) -> None:
         settings = settings or KBSettings()
         # What this opens and writes in the state dir (Milvus Lite's files, written as late as the first load; the
         # trace database; the snapshot) is the owner's only, for a library or notebook caller as for the CLI.
         with private_umask():
-            self._open(settings, embed_model, client, path, trace_store, beside)
+            self._open(settings, embed_model, client, path, trace_store, sidecar)
         if not settings.is_milvus_server():
             private_tree(Path(settings.resolved_milvus_uri()))
             private_at_exit()  # Lite writes again when it closes the dir
@@ -130,7 +130,7 @@ class KnowledgeLookup:
         client: MilvusClient | None,
         path: VectorPath | None,
         trace_store: TraceStore | None,
-        beside: BesideRunner | None,
+        sidecar: SidecarRunnerProtocol | None,
     ) -> None:
         self.client = client or connect(settings)
         ensure_collection(self.client, settings, create=False)
@@ -172,12 +172,12 @@ class KnowledgeLookup:
         self._pipeline_lock = threading.Lock()
         self._pipeline = self._build_pipeline(self._holder.current)
         self.traces = trace_store or TraceStore.from_settings(self.settings)
-        # The comparison runner (the sidecar) is known only through the protocol in kb_retrieval.beside.
-        self.beside = beside
+        # The comparison runner (the sidecar) is known only through the protocol in kb_retrieval.sidecar_protocol.
+        self.sidecar = sidecar
         if path is None:  # a search path of the caller's own (a fake, a proxy) is not the knowledge base to learn
             self._teach_ranking()
-        if self.beside is None and self.settings.sidecar_enabled:
-            self.beside = load_runner(self.settings.sidecar_factory, self.settings, self.embed_model)
+        if self.sidecar is None and self.settings.sidecar_enabled:
+            self.sidecar = load_runner(self.settings.sidecar_factory, self.settings, self.embed_model)
 
     @classmethod
     def from_documents(
@@ -308,8 +308,8 @@ class KnowledgeLookup:
         clock = StageClock()  # every part of the lookup is under one of its stages: they add up to elapsed_ms
         with clock("refresh"):
             self.refresh(deadline=deadline)
-        with clock("beside"):
-            job = self.beside.start(query) if self.beside else None  # runs beside from here; never changes the result
+        with clock("sidecar"):
+            job = self.sidecar.start(query) if self.sidecar else None  # runs beside from here; never changes the result
 
         pipeline = self.pipeline  # this lookup's stages and state to its end, whatever a refresh publishes
         state = pipeline.state
@@ -354,16 +354,16 @@ class KnowledgeLookup:
                 l1_enabled=self.settings.l1_enabled,
                 stage_ms=clock.stage_ms,
             )
-        with clock("beside"):
-            beside_run = job.collect() if job else None
+        with clock("sidecar"):
+            sidecar_run = job.collect() if job else None
         result.elapsed_ms = round((time.perf_counter() - started) * 1000, 3)
         with clock("trace_write"):
-            result.trace_recorded = self._record(query, result, beside_run)
+            result.trace_recorded = self._record(query, result, sidecar_run)
         # The row cannot hold its own write time; the result can.
         result.stage_ms["trace_write"] = clock.stage_ms["trace_write"]
         ranked_from = selected or (l1.attempts[-1] if l1.attempts else None)
         ranking = [stage_of(n).candidate for n in ranked_from.nodes] if ranked_from else []
-        return LookupDetails(result=result, ranking=ranking, beside=beside_run)
+        return LookupDetails(result=result, ranking=ranking, sidecar=sidecar_run)
 
     def _encoder_text(self, transform: QueryTransform) -> str:
         """What the query encoder reads: the query without its alert-template placeholders
@@ -378,8 +378,8 @@ class KnowledgeLookup:
         return text
 
     @span(dispatcher)
-    def _record(self, query: str, result: LookupResult, beside_run: BesideRun | None) -> bool:
-        entry = beside_run.trace_entry() if beside_run is not None else disabled_entry()
+    def _record(self, query: str, result: LookupResult, sidecar_run: SidecarRunProtocol | None) -> bool:
+        entry = sidecar_run.trace_entry() if sidecar_run is not None else disabled_entry()
         return self.traces.record(query, result, sidecar=entry)
 
     def lookup_ranked(self, query: str) -> tuple[LookupResult, list[Candidate]]:

@@ -37,7 +37,7 @@ _MODEL = (
 _BUILT = "chosen when the pipeline was built (it decides what was loaded); build another KnowledgeLookup to change it"
 _INGEST = "an ingest setting: it shapes what ingest writes, not a lookup; pass it to ingest"
 _TRACES = "the trace store is opened once per pipeline; build another KnowledgeLookup for another"
-_BESIDE = "the comparison runner (the sidecar) is started with the pipeline; build another KnowledgeLookup"
+_SIDECAR = "the comparison runner (the sidecar) is started with the pipeline; build another KnowledgeLookup"
 
 #: Settings fixed when a pipeline is built, each with why.
 FIXED: dict[str, str] = {
@@ -74,7 +74,7 @@ FIXED: dict[str, str] = {
         _INGEST,
     ),
     **dict.fromkeys(("trace_db_url", "trace_timeout_s", "trace_wait", "trace_query", "trace_content_chars"), _TRACES),
-    **dict.fromkeys(("sidecar_enabled", "sidecar_factory"), _BESIDE),
+    **dict.fromkeys(("sidecar_enabled", "sidecar_factory"), _SIDECAR),
 }
 
 _SCOPE = (

@@ -65,7 +65,7 @@ class KnowledgeQueryEngine(CustomQueryEngine):
         details = self.lookup.lookup_detailed(query_str, filters=self.filters)
         result: LookupResult = details.result
         metadata: dict[str, Any] = {"lookup_result": result.to_json_dict()}
-        sidecar = sidecar_comparison(result, details.beside.trace_entry()) if details.beside is not None else None
+        sidecar = sidecar_comparison(result, details.sidecar.trace_entry()) if details.sidecar is not None else None
         if sidecar is not None:
             metadata["sidecar"] = sidecar
         return Response(response=agent_text(result), source_nodes=evidence_nodes(result, sidecar), metadata=metadata)

@@ -47,7 +47,7 @@ class SupportsDetailedLookup(Protocol):
     settings: KBSettings
 
     def lookup_detailed(self, query: str, *, filters: MetadataFilters | None = None) -> Any:
-        """A result with ``.result`` (the ``LookupResult``) and ``.beside`` (the comparison run, or None)."""
+        """A result with ``.result`` (the ``LookupResult``) and ``.sidecar`` (the sidecar's run, or None)."""
         ...
 
     def scope_expr(self, filters: MetadataFilters | None) -> str | None: ...
@@ -87,8 +87,8 @@ class KnowledgeRetriever(BaseRetriever):
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         with inside_retriever():  # BaseRetriever.retrieve sends the retrieval events: the lookup sends none
             details = self.lookup.lookup_detailed(query_bundle.query_str, filters=self.filters)
-        beside = details.beside.trace_entry() if details.beside is not None else None
-        return evidence_nodes(details.result, sidecar_comparison(details.result, beside) if beside else None)
+        entry = details.sidecar.trace_entry() if details.sidecar is not None else None
+        return evidence_nodes(details.result, sidecar_comparison(details.result, entry) if entry else None)
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         nodes: list[NodeWithScore] = await run_in_pool(

@@ -1,6 +1,6 @@
 """The current path and the sidecar compared on golden cases: per-case differences, agreement, hit levels.
 
-For every golden case one lookup runs with the sidecar beside it (:func:`lookup_beside`, the one call into the
+For every golden case one lookup runs with the sidecar beside it (:func:`lookup_with_sidecar`, the one call into the
 core's comparison API).
 A :class:`CaseComparison` holds both paths' top-K documents (one per source), marks where they differ (source,
 breadcrumb, category, score label at each rank; rank of every shared source), measures their agreement (overlap@K of
@@ -22,7 +22,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -37,8 +37,8 @@ from sidecar.comparable import from_main_ranking, main_path_name
 from sidecar.models import DEFAULT_K, SIDECAR_PATH, ComparableResult, SidecarRun, disabled_run
 
 if TYPE_CHECKING:
-    from kb_retrieval.beside import BesideRun
     from kb_retrieval.engine import KnowledgeLookup, LookupDetails
+    from kb_retrieval.sidecar_protocol import SidecarRunProtocol
 
 #: Decimal places of every float in the report.
 DECIMALS = 4
@@ -188,31 +188,23 @@ class CompareReport(Displayed, BaseModel):
 # --- one lookup with the sidecar beside it -------------------------------------------------------------------
 
 
-def lookup_beside(lookup: KnowledgeLookup, query: str) -> LookupDetails:
+def lookup_with_sidecar(lookup: KnowledgeLookup, query: str) -> LookupDetails:
     """Run one lookup with the sidecar beside it: the only call the comparison makes into the core's lookup API.
 
-    ``result`` and ``ranking`` are exactly the lookup's own (the sidecar never changes them); ``beside`` is the
+    ``result`` and ``ranking`` are exactly the lookup's own (the sidecar never changes them); ``sidecar`` is the
     sidecar's run, or None when the lookup has no sidecar.
     """
-    if not hasattr(lookup, "lookup_detailed"):  # a core before issue 11's lookup_detailed: delete once it landed
-        return _Detailed(*lookup.lookup_with_sidecar(query))  # type: ignore[attr-defined, return-value]
     return lookup.lookup_detailed(query)
 
 
-class _Detailed(NamedTuple):
-    result: LookupResult
-    ranking: list[Candidate]
-    beside: BesideRun | None
-
-
-def sidecar_run(beside: BesideRun | None) -> SidecarRun:
+def sidecar_run(run: SidecarRunProtocol | None) -> SidecarRun:
     """The sidecar's run from what ran beside a lookup: ``disabled`` when nothing did, ``unavailable`` when some
     other comparison runner did (its run is not the sidecar's)."""
-    if beside is None:
+    if run is None:
         return disabled_run()
-    if isinstance(beside, SidecarRun):
-        return beside
-    return SidecarRun(status="unavailable", reason=f"the lookup ran {type(beside).__name__}, not the sidecar")
+    if isinstance(run, SidecarRun):
+        return run
+    return SidecarRun(status="unavailable", reason=f"the lookup ran {type(run).__name__}, not the sidecar")
 
 
 # --- one case ------------------------------------------------------------------------------------------------
@@ -387,7 +379,8 @@ def kendall_tau(a: Sequence[int], b: Sequence[int]) -> float | None:
 def run_comparison(
     golden_path: str | Path, lookup: KnowledgeLookup, k: int = DEFAULT_K, *, progress: bool = False
 ) -> CompareReport:
-    """Run every golden case through a lookup with the sidecar beside it (:func:`lookup_beside`); compare the paths.
+    """Run every golden case through a lookup with the sidecar beside it (:func:`lookup_with_sidecar`); compare the
+    paths.
 
     Args:
         golden_path: Golden JSON Lines file.
@@ -404,8 +397,8 @@ def run_comparison(
     comparisons = []
     bar = progress_bar(len(cases), "comparing", "case", enabled=progress)
     for case in cases:
-        detail = lookup_beside(lookup, case.query)
-        comparisons.append(compare_case(case, detail.result, detail.ranking, sidecar_run(detail.beside), k))
+        detail = lookup_with_sidecar(lookup, case.query)
+        comparisons.append(compare_case(case, detail.result, detail.ranking, sidecar_run(detail.sidecar), k))
         bar.update()
     bar.close()
     return build_report(cases, comparisons, display_path(golden_path), k, lookup.settings)

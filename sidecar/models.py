@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kb_retrieval.beside import DISABLED_REASON
 from kb_retrieval.evaluation.hit_levels import HIT_RANK_CUTOFF
+from kb_retrieval.sidecar_protocol import DISABLED_REASON
 
 #: ``disabled``: not enabled (``KB_SIDECAR_ENABLED``); ``ok``: answered in time; ``unavailable``: could not be
 #: initialised (or started); ``failed``: raised while retrieving; ``timeout``: no answer within ``sidecar_timeout_s``.
@@ -67,7 +67,7 @@ class ComparableResult(BaseModel):
 class SidecarRun(BaseModel):
     """The outcome of one sidecar retrieval beside one lookup. Never part of the lookup's result.
 
-    A :class:`kb_retrieval.beside.BesideRun`: the core records :meth:`trace_entry` in the trace row.
+    A :class:`kb_retrieval.sidecar_protocol.SidecarRunProtocol`: the core records :meth:`trace_entry` in the trace row.
     """
 
     model_config = ConfigDict(frozen=True)

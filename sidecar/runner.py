@@ -1,9 +1,9 @@
 """Runs the sidecar retriever beside a lookup, on its own thread, with a deadline; its outcome is a status.
 
-The core's protocol (:mod:`kb_retrieval.beside`) implemented: :class:`SidecarRunner` is a ``BesideRunner``, created
-by the core as ``load_runner("sidecar.runner:SidecarRunner", settings, embed_model)`` when ``sidecar_enabled`` is
-set; :class:`SidecarJob` is a ``BesideJob`` and :class:`~sidecar.models.SidecarRun` a ``BesideRun``. The core never
-imports this package otherwise.
+The core's protocol (:mod:`kb_retrieval.sidecar_protocol`) implemented: :class:`SidecarRunner` is a
+``SidecarRunnerProtocol``, created by the core as ``load_runner("sidecar.runner:SidecarRunner", settings,
+embed_model)`` when ``sidecar_enabled`` is set; :class:`SidecarJob` is a ``SidecarJobProtocol`` and
+:class:`~sidecar.models.SidecarRun` a ``SidecarRunProtocol``. The core never imports this package otherwise.
 
 How waiting works (one rule): a job's deadline is ``sidecar_timeout_s`` after it starts, and it starts at the very
 beginning of ``KnowledgeLookup.lookup_ranked``. At the end of the lookup, :meth:`SidecarJob.collect` waits for
@@ -43,7 +43,7 @@ from sidecar.comparable import from_sidecar_nodes
 from sidecar.models import SidecarRun, SidecarStatus
 
 if TYPE_CHECKING:
-    from kb_retrieval.beside import BesideJob, BesideRunner
+    from kb_retrieval.sidecar_protocol import SidecarJobProtocol, SidecarRunnerProtocol
 
 log = logging.getLogger(__name__)
 
@@ -203,5 +203,5 @@ def _describe(exc: BaseException) -> str:
 
 
 if TYPE_CHECKING:  # mypy checks that the sidecar implements the core's protocol
-    _runner: type[BesideRunner] = SidecarRunner
-    _job: type[BesideJob] = SidecarJob
+    _runner: type[SidecarRunnerProtocol] = SidecarRunner
+    _job: type[SidecarJobProtocol] = SidecarJob

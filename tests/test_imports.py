@@ -5,8 +5,8 @@ inside functions and under ``TYPE_CHECKING`` alike (a lazy import is still a dep
 name`` depends on ``package.name`` when that is a module, else on ``package`` itself. Importing a module does not
 count as depending on its parent packages' ``__init__`` (Python runs them, but every module would then depend on
 its package and every package on its modules). The core may name the sidecar in a string
-(``KBSettings.sidecar_factory = "sidecar.runner:SidecarRunner"``, loaded by ``kb_retrieval.beside.load_runner``):
-that is not an import.
+(``KBSettings.sidecar_factory = "sidecar.runner:SidecarRunner"``, loaded by
+``kb_retrieval.sidecar_protocol.load_runner``): that is not an import.
 
 Known offenders of issue 11 are listed in ``ALLOWED`` below, edge by edge: delete an entry when its import is gone
 (the test fails on an entry that no longer matches an import, so the list cannot go stale). Any other cycle fails.
@@ -127,4 +127,6 @@ def test_the_core_never_imports_the_sidecar():
         for imported in targets
         if imported.split(".")[0] == "sidecar" and (importer, imported) not in ALLOWED
     )
-    assert offending == [], "the core knows the sidecar only through kb_retrieval.beside: " + "; ".join(offending)
+    assert offending == [], "the core knows the sidecar only through kb_retrieval.sidecar_protocol: " + "; ".join(
+        offending
+    )

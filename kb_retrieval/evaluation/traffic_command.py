@@ -170,7 +170,7 @@ def run_compare_traffic(args: argparse.Namespace, require_knowledge_base: Callab
         current = stack.enter_context(_lookup(settings))
         if args.sidecar:
             labels = ("current", "sidecar (stock LlamaIndex retriever)")
-            replay = _beside(current, settings.max_evidence_blocks)
+            replay = _with_sidecar(current, settings.max_evidence_blocks)
         else:
             if other is not None:
                 alternative = stack.enter_context(_lookup(other))
@@ -200,14 +200,14 @@ def run_compare_traffic(args: argparse.Namespace, require_knowledge_base: Callab
     return 0
 
 
-def _beside(lookup: Any, max_documents: int) -> Any:
+def _with_sidecar(lookup: Any, max_documents: int) -> Any:
     """Both sides from one lookup with the sidecar beside it: the lookup's outcome and the sidecar's."""
-    from kb_retrieval.beside import disabled_entry
     from kb_retrieval.evaluation.traffic import outcome, sidecar_outcome
+    from kb_retrieval.sidecar_protocol import disabled_entry
 
     def replay(query: str) -> tuple[dict[str, Any], dict[str, Any]]:
         details = lookup.lookup_detailed(query)
-        entry = details.beside.trace_entry() if details.beside is not None else disabled_entry()
+        entry = details.sidecar.trace_entry() if details.sidecar is not None else disabled_entry()
         return outcome(details.result), sidecar_outcome(entry, max_documents)
 
     return replay

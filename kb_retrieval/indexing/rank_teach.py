@@ -119,7 +119,7 @@ def ranker_signals(lookup: Any, texts: list[str], left_out: list[str] | None = N
     scoring = lookup.settings.scoring.model_copy(update={**UNIT_WEIGHTS, "fit_ranking": False})
     unit = lookup.with_settings(scoring=scoring)
     unit = unit._variant(unit.settings, CallbackManager([handler]))
-    unit.traces, unit.beside = _NoTraces(), None  # the knowledge base's own questions are no tool calls
+    unit.traces, unit.sidecar = _NoTraces(), None  # the knowledge base's own questions are no tool calls
     out: list[PseudoCase | None] = []
     for i, text in enumerate(texts):
         handler.last = []

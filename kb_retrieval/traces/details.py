@@ -12,8 +12,8 @@ import hashlib
 import re
 from typing import Any, Literal
 
-from kb_retrieval.beside import disabled_entry
 from kb_retrieval.models import LookupResult
+from kb_retrieval.sidecar_protocol import disabled_entry
 
 QueryMode = Literal["full", "hash", "redact"]
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -24,8 +24,8 @@ def retrieval_details(
 ) -> dict[str, Any]:
     """The compact trace of one call (snake_case keys, as the spec names them).
 
-    ``sidecar`` is the compact run of a comparison retriever (``kb_retrieval.beside``) when one ran beside the
-    lookup; without one the entry says ``disabled``.
+    ``sidecar`` is the compact run of the sidecar (any runner of ``kb_retrieval.sidecar_protocol``) when one ran
+    beside the lookup; without one the entry says ``disabled``.
     """
     hints = result.query_transform.hints
     transform = result.query_transform.model_dump(mode="json")

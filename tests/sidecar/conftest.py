@@ -47,8 +47,8 @@ def make_lookup(sample_settings: KBSettings, embed_model) -> Iterator[MakeLookup
                 gates.append(sidecar.gate)
         client = connect(settings)
         path = SlowPath(SdkPath(client, settings), main_delay) if main_delay else None
-        # the runner is handed over through the core's protocol (kb_retrieval.beside), as any comparison runner
-        lookup = KnowledgeLookup(settings, embed_model=embed_model, client=client, path=path, beside=runner)
+        # the runner is handed over through the core's protocol (kb_retrieval.sidecar_protocol), as any other runner
+        lookup = KnowledgeLookup(settings, embed_model=embed_model, client=client, path=path, sidecar=runner)
         built.append(lookup)
         return lookup
 

@@ -187,7 +187,7 @@ def test_unavailable_sidecar_report_keeps_every_current_result(golden_subset, sa
         raise ConnectionError("cannot create MilvusVectorStore: connection refused")
 
     runner = SidecarRunner(settings, embed_model, factory=store_cannot_be_created)
-    lookup = KnowledgeLookup(settings, embed_model=embed_model, beside=runner)
+    lookup = KnowledgeLookup(settings, embed_model=embed_model, sidecar=runner)
     try:
         report = run_comparison(golden_subset, lookup, k=5)
         expected = [lookup.lookup_ranked(c.query)[1] for c in load_golden(golden_subset)]

@@ -35,7 +35,7 @@ def test_one_root_span_per_lookup_with_the_sidecar_on(sidecar_lookup):
         sidecar_lookup.lookup("etcd has no leader")
     finally:
         root.span_handlers.remove(handler)
-    assert details.beside is not None and details.beside.trace_entry()["status"] == "ok"
+    assert details.sidecar is not None and details.sidecar.trace_entry()["status"] == "ok"
     spans = handler.completed_spans
     roots = sorted(s.id_.split("-")[0] for s in spans if s.parent_id is None)
     assert roots == ["KnowledgeLookup.lookup", "KnowledgeLookup.lookup_detailed"], roots
@@ -63,7 +63,7 @@ def test_a_factory_that_cannot_load_is_status_unavailable(sample_settings):
     lookup = KnowledgeLookup(settings)  # never a construction failure
     try:
         details = lookup.lookup_detailed(ALERT)
-        entry = details.beside.trace_entry()
+        entry = details.sidecar.trace_entry()
         assert (
             entry["status"] == "unavailable" and "ModuleNotFoundError" in entry["reason"] and "nope" in entry["reason"]
         )

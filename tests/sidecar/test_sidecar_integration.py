@@ -6,7 +6,7 @@ import pytest
 from sidecar_fakes import stable
 
 from kb_retrieval.engine import KnowledgeLookup
-from sidecar.comparison import lookup_beside, sidecar_run
+from sidecar.comparison import lookup_with_sidecar, sidecar_run
 from sidecar.runner import SidecarRunner
 
 ALERT = "RedisMemoryHigh: Redis memory usage above 90% of maxmemory on redis-cache-01:6379"
@@ -14,13 +14,13 @@ ALERT = "RedisMemoryHigh: Redis memory usage above 90% of maxmemory on redis-cac
 pytestmark = pytest.mark.timeout(300)
 
 
-def test_stock_sidecar_answers_beside_the_main_path(sample_settings, embed_model, sample_lookup):
+def test_stock_sidecar_answers_and_leaves_the_main_result_unchanged(sample_settings, embed_model, sample_lookup):
     expected = stable(sample_lookup.lookup_ranked(ALERT)[0].to_json_dict())
     # No model given, as sample_lookup: queries through the same (ONNX) encoder, so the main results compare.
     lookup = KnowledgeLookup(sample_settings.model_copy(update={"sidecar_enabled": True}))
     try:
-        detail = lookup_beside(lookup, ALERT)  # the sidecar created by the core from KBSettings.sidecar_factory
-        result, ranking, run = detail.result, detail.ranking, sidecar_run(detail.beside)
+        detail = lookup_with_sidecar(lookup, ALERT)  # the sidecar created by the core from KBSettings.sidecar_factory
+        result, ranking, run = detail.result, detail.ranking, sidecar_run(detail.sidecar)
         details = lookup.traces.rows()[-1].retrieval_details
     finally:
         lookup.close()

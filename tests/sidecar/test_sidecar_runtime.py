@@ -20,12 +20,12 @@ import pytest
 from llama_index.core.schema import NodeWithScore, QueryBundle
 from sidecar_fakes import QUERY, FakeRetriever, stable
 
-from kb_retrieval.beside import DISABLED_REASON, load_runner
 from kb_retrieval.config import KBSettings
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing.milvus import connect
 from kb_retrieval.retrieval.l1.sdk import SdkPath
-from sidecar.comparison import lookup_beside, sidecar_run
+from kb_retrieval.sidecar_protocol import DISABLED_REASON, load_runner
+from sidecar.comparison import lookup_with_sidecar, sidecar_run
 from sidecar.models import SidecarRun, disabled_run
 from sidecar.runner import SidecarJob, SidecarRunner
 from tests.support.kb import offline_env
@@ -40,8 +40,8 @@ def _timed(lookup: KnowledgeLookup, query: str = QUERY):
 
 
 def _with_sidecar(lookup: KnowledgeLookup, query: str = QUERY):
-    detail = lookup_beside(lookup, query)
-    return detail.result, detail.ranking, sidecar_run(detail.beside)
+    detail = lookup_with_sidecar(lookup, query)
+    return detail.result, detail.ranking, sidecar_run(detail.sidecar)
 
 
 def _details(lookup: KnowledgeLookup) -> dict:
@@ -57,15 +57,15 @@ def test_disabled_by_default(monkeypatch, sample_lookup):
     monkeypatch.setenv("KB_SIDECAR_ENABLED", "true")
     assert KBSettings().sidecar_enabled is True  # enabling is that one setting
 
-    assert sample_lookup.beside is None
-    detail = lookup_beside(sample_lookup, QUERY)
-    assert detail.result.found and detail.beside is None
-    run = sidecar_run(detail.beside)
+    assert sample_lookup.sidecar is None
+    detail = lookup_with_sidecar(sample_lookup, QUERY)
+    assert detail.result.found and detail.sidecar is None
+    run = sidecar_run(detail.sidecar)
     assert run.status == "disabled" and run.reason == DISABLED_REASON
     assert _details(sample_lookup)["sidecar"] == {"status": "disabled", "reason": DISABLED_REASON}
 
 
-def test_the_sidecar_is_the_cores_beside_runner(sample_settings, embed_model):
+def test_the_sidecar_implements_the_cores_sidecar_protocol(sample_settings, embed_model):
     """The core creates it from the dotted factory name; it answers through the protocol only."""
     runner = load_runner("sidecar.runner:SidecarRunner", sample_settings, embed_model)
     assert isinstance(runner, SidecarRunner)
@@ -165,7 +165,7 @@ def test_sidecar_runs_in_parallel_with_the_main_path(sample_settings, embed_mode
     client = connect(settings)
     sidecar.main = path = MeetingPath(SdkPath(client, settings), sidecar.started)
     runner = SidecarRunner(settings, embed_model, factory=lambda: sidecar)
-    lookup = KnowledgeLookup(settings, embed_model=embed_model, client=client, path=path, beside=runner)
+    lookup = KnowledgeLookup(settings, embed_model=embed_model, client=client, path=path, sidecar=runner)
     try:
         _, _, run = _with_sidecar(lookup)
     finally:
@@ -235,7 +235,7 @@ def test_hung_sidecars_do_not_pile_up(make_lookup):
     second = _with_sidecar(lookup)[2]
     assert first.status == "timeout"
     assert second.status == "unavailable" and "still running" in (second.reason or "")
-    runner = lookup.beside
+    runner = lookup.sidecar
     assert isinstance(runner, SidecarRunner) and runner.in_flight == 1
     gate.set()
     deadline = time.monotonic() + 10

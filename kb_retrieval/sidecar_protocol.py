@@ -1,10 +1,11 @@
-"""The core's side of a comparison retriever run *beside* the main path (the sidecar implements it).
+"""The core's side of the sidecar: a comparison retriever run beside the main path (the ``sidecar`` package
+implements it).
 
 The core never imports the sidecar package: it knows only these protocols. A comparison runner is either handed
-to :class:`~kb_retrieval.engine.KnowledgeLookup` (``beside=...``) or, when ``sidecar_enabled`` is set, created
+to :class:`~kb_retrieval.engine.KnowledgeLookup` (``sidecar=...``) or, when ``sidecar_enabled`` is set, created
 from the dotted factory named by ``KBSettings.sidecar_factory`` (``"sidecar.runner:SidecarRunner"`` by default),
 which is called as ``factory(settings, embed_model)``. Its run never changes the main result; the trace row
-records :meth:`BesideRun.trace_entry`.
+records :meth:`SidecarRunProtocol.trace_entry`.
 
 Example:
     >>> entry = disabled_entry()
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 DISABLED_REASON = "sidecar not enabled (KB_SIDECAR_ENABLED=false)"
 
 
-class BesideRun(Protocol):
+class SidecarRunProtocol(Protocol):
     """The settled outcome of one comparison retrieval."""
 
     def trace_entry(self) -> dict[str, Any]:
@@ -37,18 +38,18 @@ class BesideRun(Protocol):
         ...
 
 
-class BesideJob(Protocol):
+class SidecarJobProtocol(Protocol):
     """One comparison retrieval started at the beginning of a lookup."""
 
-    def collect(self) -> BesideRun:
+    def collect(self) -> SidecarRunProtocol:
         """Wait (bounded by the runner's own deadline) and return the settled run."""
         ...
 
 
-class BesideRunner(Protocol):
+class SidecarRunnerProtocol(Protocol):
     """Starts a comparison retrieval for a query; never raises into the lookup."""
 
-    def start(self, query: str) -> BesideJob: ...
+    def start(self, query: str) -> SidecarJobProtocol: ...
 
 
 def disabled_entry() -> dict[str, Any]:
@@ -79,7 +80,7 @@ class UnavailableRunner:
         return UnavailableRun(self.reason)
 
 
-def load_runner(dotted: str, settings: KBSettings, embed_model: BaseEmbedding) -> BesideRunner:
+def load_runner(dotted: str, settings: KBSettings, embed_model: BaseEmbedding) -> SidecarRunnerProtocol:
     """Create the runner named ``"package.module:Factory"`` (imported only here, only when enabled).
 
     A factory that cannot be imported or called never fails the lookup's construction: the runner is then an
@@ -90,7 +91,7 @@ def load_runner(dotted: str, settings: KBSettings, embed_model: BaseEmbedding) -
         if not module_name or not attr:
             raise ValueError(f"sidecar_factory must look like 'package.module:Factory', got {dotted!r}")
         factory = getattr(import_module(module_name), attr)
-        runner: BesideRunner = factory(settings, embed_model)
+        runner: SidecarRunnerProtocol = factory(settings, embed_model)
     except Exception as exc:
         reason = (
             f"sidecar_factory {dotted!r} cannot be loaded: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
@@ -101,6 +102,6 @@ def load_runner(dotted: str, settings: KBSettings, embed_model: BaseEmbedding) -
 
 
 if TYPE_CHECKING:  # mypy checks that the stand-in implements the protocols
-    _runner: type[BesideRunner] = UnavailableRunner
-    _job: type[BesideJob] = UnavailableRun
-    _run: type[BesideRun] = UnavailableRun
+    _runner: type[SidecarRunnerProtocol] = UnavailableRunner
+    _job: type[SidecarJobProtocol] = UnavailableRun
+    _run: type[SidecarRunProtocol] = UnavailableRun
