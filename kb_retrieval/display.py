@@ -73,14 +73,18 @@ class View:
 
 def view_html(view: View) -> str:
     """The view as one HTML fragment, every text escaped."""
-    parts = [f'<div class="kb-view"><p><b>{_e(view.headline)}</b></p>', _STYLE]
+    parts = [f'<div class="kb-view"><p><b>{_html(view.headline)}</b></p>', _STYLE]
     if view.lines:
-        parts.append("<p>" + "<br>".join(f"<b>{_e(label)}</b>: {_e(value)}" for label, value in view.lines) + "</p>")
+        parts.append(
+            "<p>" + "<br>".join(f"<b>{_html(label)}</b>: {_html(value)}" for label, value in view.lines) + "</p>"
+        )
     if view.table is not None:
         parts.append(_table_html(view.table))
     for part in view.details:
-        inner = (_table_html(part.table) if part.table else "") + (f"<pre>{_e(part.text)}</pre>" if part.text else "")
-        parts.append(f"<details><summary>{_e(part.summary)}</summary>{inner}</details>")
+        inner = (_table_html(part.table) if part.table else "") + (
+            f"<pre>{_html(part.text)}</pre>" if part.text else ""
+        )
+        parts.append(f"<details><summary>{_html(part.summary)}</summary>{inner}</details>")
     return "".join(parts) + "</div>"
 
 
@@ -110,8 +114,8 @@ def frame(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> pd.DataFram
 
 
 def _table_html(table: Table) -> str:
-    head = "".join(f"<th>{_e(cell)}</th>" for cell in table.header)
-    body = "".join("<tr>" + "".join(f"<td>{_e(cell)}</td>" for cell in row) + "</tr>" for row in table.rows)
+    head = "".join(f"<th>{_html(cell)}</th>" for cell in table.header)
+    body = "".join("<tr>" + "".join(f"<td>{_html(cell)}</td>" for cell in row) + "</tr>" for row in table.rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -119,7 +123,8 @@ def _table_markdown(table: Table) -> list[str]:
     return markdown_table([_md(c) for c in table.header], [[_md(c) for c in row] for row in table.rows])
 
 
-def _e(text: str) -> str:
+def _html(text: str) -> str:
+    """Plain text safe in HTML (quotes escaped too)."""
     return html.escape(text, quote=True)
 
 

@@ -204,7 +204,9 @@ def render_markdown(report: CompareReport, name: str, charts: ChartFiles | None 
                 code(case.case_id),
                 _hit(case.current.hit_level, case.current.first_expected_rank),
                 _sidecar_hit(case),
-                "-" if case.agreement is None or case.agreement.top1_same is None else _yes(case.agreement.top1_same),
+                "-"
+                if case.agreement is None or case.agreement.top1_same is None
+                else _yes_or_no(case.agreement.top1_same),
                 _number(case.agreement.overlap_at_k if case.agreement else None),
                 _number(case.agreement.kendall_tau if case.agreement else None),
             ]
@@ -310,7 +312,7 @@ def _sidecar_hit(case: CaseComparison) -> str:
     return _hit(case.sidecar.hit_level, case.sidecar.first_expected_rank)
 
 
-def _yes(value: bool) -> str:
+def _yes_or_no(value: bool) -> str:
     return "yes" if value else "**no**"
 
 

@@ -259,14 +259,14 @@ def _relevance_calibration(report: dict[str, Any]) -> list[str]:
             md.append(
                 f"| {setting} | {name} | "
                 + " | ".join(cells)
-                + f" | {_three(used.get('evidenceThreshold'))} | {_three(used.get('relevanceHigh'))} | "
-                f"{used.get('source', 'n/a')} |"
+                + f" | {_three_decimals(used.get('evidenceThreshold'))} | "
+                f"{_three_decimals(used.get('relevanceHigh'))} | {used.get('source', 'n/a')} |"
             )
             rows += 1
     return [*md, ""] if rows else []
 
 
-def _three(value: float | None) -> str:
+def _three_decimals(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 

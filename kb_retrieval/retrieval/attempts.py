@@ -100,7 +100,7 @@ class AttemptRunner:
         # The nodes leave the lookup only through the end event: their stage data is written as JSON (once, for
         # the settled attempt's nodes) only when a handler can read it; the lookup itself reads the typed data.
         with lookup_retrieval(query, before_end=publish_stage) as retrieved:
-            first = self._clocked(clock, 1, query, embedding, category, deadline, known_documents=known_documents)
+            first = self._timed_attempt(clock, 1, query, embedding, category, deadline, known_documents=known_documents)
             outcome.attempts.append(first)
             if category and first.trace.outcome != "ok":
                 outcome.fallback_reason = (
@@ -109,13 +109,13 @@ class AttemptRunner:
                     else "filtered_vector_no_evidence"
                 )
                 outcome.attempts.append(
-                    self._clocked(clock, 2, query, embedding, None, deadline, known_documents=known_documents)
+                    self._timed_attempt(clock, 2, query, embedding, None, deadline, known_documents=known_documents)
                 )
             settled = outcome.selected or outcome.attempts[-1]
             retrieved(settled.nodes)
         return outcome
 
-    def _clocked(
+    def _timed_attempt(
         self, clock: StageClock, number: int, query: LookupQuery, embedding: list[float], *args: Any, **kwargs: Any
     ) -> AttemptResult:
         """One attempt, its own bookkeeping (trace, events, span) timed as the stage ``attempt``: the time the attempt

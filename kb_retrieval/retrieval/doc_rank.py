@@ -64,7 +64,7 @@ from kb_retrieval.indexing.doc_vectors import DocumentVectors
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.retrieval.events import reranking
 from kb_retrieval.retrieval.rank_fit import RankFit, mixture
-from kb_retrieval.retrieval.runtime import cannot, known_source
+from kb_retrieval.retrieval.runtime import known_source, note_limitation
 from kb_retrieval.retrieval.stage import (
     Boost,
     HitKind,
@@ -150,20 +150,20 @@ class DocumentRanker(BaseNodePostprocessor):
 
     def _rank(self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None) -> list[NodeWithScore]:
         vectors = self.vectors
-        who = self.class_name()
+        component = self.class_name()
         if vectors is None or not vectors.enabled:
             reason = (
                 "no document vectors attached" if vectors is None else f"document vectors off: {vectors.off_reason}"
             )
-            cannot(log, who, "no_vectors", f"{reason}; the order is left as it is", self._staged(nodes))
+            note_limitation(log, component, "no_vectors", f"{reason}; the order is left as it is", self._staged(nodes))
             return nodes
         embedding = query_bundle.embedding if query_bundle is not None else None
         if not embedding and query_bundle is not None and query_bundle.query_str.strip() and self._embed_model:
             embedding = embed_query(self._embed_model, query_bundle.query_str)
         if not embedding:
-            cannot(
+            note_limitation(
                 log,
-                who,
+                component,
                 "no_embedding",
                 "no query embedding in the bundle and no query model attached (see from_lookup): the order is left "
                 "as it is",
@@ -177,9 +177,9 @@ class DocumentRanker(BaseNodePostprocessor):
         query_text = query_bundle.query_str if query_bundle is not None else None
         sims = vectors.similarities(embedding, [s.candidate.source for _, s in staged], query_text)
         if missing := [(n, s) for n, s in staged if s.candidate.source not in sims]:
-            cannot(
+            note_limitation(
                 log,
-                who,
+                component,
                 "missing_vectors",
                 f"no document vectors for {missing[0][1].candidate.source!r} (and {len(missing) - 1} more); "
                 "the order is left as it is",

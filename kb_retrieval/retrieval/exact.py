@@ -34,7 +34,7 @@ from functools import cached_property
 import numpy as np
 
 from kb_retrieval.retrieval.bm25 import stem
-from kb_retrieval.retrieval.l0_hints import STOPWORDS
+from kb_retrieval.retrieval.l0_hints import QUESTION_STOPWORDS
 from kb_retrieval.retrieval.templates import PLACEHOLDER
 
 # A token: word characters with inner . _ - : / * allowed (kube_pod_status_ready, v1beta1.metrics.k8s.io, --flag).
@@ -84,7 +84,7 @@ def query_words(query: str) -> list[str]:
     for token in tokens(PLACEHOLDER.sub(" ", query)):
         if len(token) < 4 or token.isdigit() or _INSTANCE.search(token) or is_identifier(token):
             continue
-        if token.lower() not in STOPWORDS:
+        if token.lower() not in QUESTION_STOPWORDS:
             seen.setdefault(token, None)
     return list(seen)
 

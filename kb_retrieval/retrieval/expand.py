@@ -29,7 +29,7 @@ from kb_retrieval.config import KBSettings
 from kb_retrieval.models import DocumentSection
 from kb_retrieval.retrieval.filters import in_expr
 from kb_retrieval.retrieval.hybrid import LookupQuery
-from kb_retrieval.retrieval.runtime import cannot
+from kb_retrieval.retrieval.runtime import note_limitation
 from kb_retrieval.retrieval.stage import HitKind, StageData, hit_reason, stage_of, write_stage
 
 log = logging.getLogger(__name__)
@@ -129,7 +129,7 @@ class DocumentExpander(BaseNodePostprocessor):
             return nodes
         if self.sections is None:
             message = "no section store attached (see from_lookup): the chunks stand as evidence"
-            cannot(log, self.class_name(), "no_sections", message, [(n, stage_of(n)) for n in nodes])
+            note_limitation(log, self.class_name(), "no_sections", message, [(n, stage_of(n)) for n in nodes])
             return nodes
         staged = [(node, stage_of(node)) for node in nodes[: self.max_documents]]
         keys = [_key(stage) for _, stage in staged]

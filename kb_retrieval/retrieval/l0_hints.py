@@ -34,7 +34,15 @@ from kb_retrieval.indexing.l0_index import L0Index
 from kb_retrieval.knowledge.text import split_camel, words
 from kb_retrieval.models import L0Hints
 
-STOPWORDS = frozenset(
+#: The words an ops question is built from that name no document: articles, pronouns, auxiliaries and the question
+#: words (how, why, what, should, my, ...). Left out wherever a query is matched against what names a document:
+#: titles and one-word keywords of the L0 index (here), and a query's rare terms
+#: (:func:`kb_retrieval.retrieval.exact.query_words`). Not BM25's list,
+#: :data:`kb_retrieval.retrieval.bm25.analysis.STOPWORDS_EN`, and different on purpose: that one is bm25s' own
+#: (NLTK's short list, pinned to bm25s by a test) so that every place BM25 runs analyses text as bm25s does; it keeps
+#: the question words and drops a few connectives this one keeps (but, if, then, there, ...). Each list's results
+#: were measured with it: making them one would change rankings.
+QUESTION_STOPWORDS = frozenset(
     [
         "a",
         "an",
@@ -97,7 +105,7 @@ def title_terms(text: str) -> set[str]:
     """Stemmed content words of ``text`` with identifiers split (``KubePersistentVolumeFillingUp`` -> kube,
     persist, volum, fill, up): how a title and a query are compared term by term."""
     pieces = [part for piece in _PIECE.findall(text) for part in split_camel(piece) or [piece.lower()]]
-    kept = [p for p in pieces if p not in STOPWORDS and not p.isdigit()]
+    kept = [p for p in pieces if p not in QUESTION_STOPWORDS and not p.isdigit()]
     return set(_stemmer().stemWords(kept))  # type: ignore[attr-defined]
 
 
@@ -165,7 +173,7 @@ class L0HintProvider:
         for source, entry in index.documents.items():
             for keyword in entry.keywords:
                 phrase = _phrase(keyword)
-                if phrase and not (len(phrase) == 1 and phrase[0] in STOPWORDS):
+                if phrase and not (len(phrase) == 1 and phrase[0] in QUESTION_STOPWORDS):
                     keyword_docs[phrase].add(source)
                     self._keyword_text.setdefault(phrase, keyword)
             for entity in entry.entities:
@@ -174,7 +182,7 @@ class L0HintProvider:
                     entity_docs[phrase].add(source)
                     self._entity_text.setdefault(phrase, entity)
             title = _phrase(entry.title)
-            content = tuple(w for w in title if w not in STOPWORDS)
+            content = tuple(w for w in title if w not in QUESTION_STOPWORDS)
             self._titles.append((source, title, content))
         self._keywords = {p: s for p, s in keyword_docs.items() if len(s) <= max_keyword_documents}
         # Each document's names as piece sequences, and an inverted index of their pieces: which documents' names

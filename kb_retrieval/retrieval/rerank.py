@@ -49,7 +49,7 @@ from kb_retrieval.retrieval.events import reranking
 from kb_retrieval.retrieval.exact import is_identifier
 from kb_retrieval.retrieval.hybrid import LookupQuery
 from kb_retrieval.retrieval.l0_hints import L0HintProvider
-from kb_retrieval.retrieval.runtime import cannot, known_source
+from kb_retrieval.retrieval.runtime import known_source, note_limitation
 from kb_retrieval.retrieval.stage import (
     RANKING_ONLY,
     Boost,
@@ -138,7 +138,7 @@ class RuleReranker(BaseNodePostprocessor):
     def _rerank(self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None) -> list[NodeWithScore]:
         if self.l0 is None and not (isinstance(query_bundle, LookupQuery) and query_bundle.transform is not None):
             message = "no L0 hints (no L0 index attached, see from_lookup): similarity and lexical signals only"
-            cannot(log, self.class_name(), "no_l0", message, [(n, stage_of(n)) for n in nodes])
+            note_limitation(log, self.class_name(), "no_l0", message, [(n, stage_of(n)) for n in nodes])
         hints = self.hints_for(query_bundle)
         titles = {t.lower() for t in hints.matched_titles}
         keywords = {tuple(words(k)) for k in hints.matched_keywords}

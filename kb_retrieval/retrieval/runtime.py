@@ -6,7 +6,7 @@ without it is said, not skipped in silence.
   ``from_dict`` carry configuration only, and ``from_lookup(lookup, config=None)`` builds a postprocessor with a
   lookup's state and its configuration (or ``config``, a ``to_dict()``). State is given when a postprocessor is built
   and never assigned afterwards: a new index version gets new postprocessors (:mod:`kb_retrieval.pipeline`).
-- :func:`cannot` records a limitation in the node's stage data (``StageData.notes``) and logs it once per
+- :func:`note_limitation` records a limitation in the node's stage data (``StageData.notes``) and logs it once per
   postprocessor class and kind, however many nodes and calls meet it.
 - :func:`known_source` maps a stock node's absolute ``file_path`` (``SimpleDirectoryReader``'s default) to the source
   id ingest gave the file: its path relative to the knowledge-base root recorded at ingest.
@@ -33,26 +33,26 @@ _LOGGED: set[tuple[str, str]] = set()
 _LOGGED_LOCK = threading.Lock()
 
 
-def log_once(logger: logging.Logger, who: str, kind: str, message: str) -> None:
-    """Log ``message`` at INFO the first time ``who`` meets ``kind`` in this process."""
+def log_once(logger: logging.Logger, component: str, kind: str, message: str) -> None:
+    """Log ``message`` at INFO the first time ``component`` meets ``kind`` in this process."""
     with _LOGGED_LOCK:
-        if (who, kind) in _LOGGED:
+        if (component, kind) in _LOGGED:
             return
-        _LOGGED.add((who, kind))
-    logger.info("%s: %s", who, message)
+        _LOGGED.add((component, kind))
+    logger.info("%s: %s", component, message)
 
 
-def cannot(
-    logger: logging.Logger, who: str, kind: str, message: str, nodes: Iterable[tuple[NodeWithScore, StageData]]
+def note_limitation(
+    logger: logging.Logger, component: str, kind: str, message: str, nodes: Iterable[tuple[NodeWithScore, StageData]]
 ) -> None:
-    """Record on every given node that ``who`` could not do its work (``"who: message"`` in its stage notes) and
-    log it once."""
-    note = f"{who}: {message}"
+    """Record on every given node that ``component`` (the postprocessor's class name) could not do its work
+    (``"component: message"`` in its stage notes) and log it once."""
+    note = f"{component}: {message}"
     for node, stage in nodes:
         if note not in stage.notes:
             stage.notes.append(note)
             write_stage(node, stage)
-    log_once(logger, who, kind, message)
+    log_once(logger, component, kind, message)
 
 
 def known_source(candidate: Candidate, roots: Iterable[str]) -> Candidate:

@@ -30,7 +30,8 @@ def bm25s_tokenizer() -> Any:
 
 
 #: bm25s' English stopwords (``bm25s.stopwords.STOPWORDS_EN``, NLTK's short list), which :func:`bm25s_tokenizer` uses;
-#: kept here so that :func:`analysed_text` runs without importing bm25s (numba and scipy: ~0.6 s a process).
+#: kept here so that :func:`analysed_text` runs without importing bm25s (numba and scipy: ~0.6 s a process). Not the
+#: L0 and rare-term list (:data:`kb_retrieval.retrieval.l0_hints.QUESTION_STOPWORDS`: says why they differ).
 STOPWORDS_EN = frozenset(
     {
         "a",
