@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Masking lives in its own module; these names stay importable from here.
 from kb_retrieval.masking import MASK, SECRET_PARAMETERS, mask_secrets, mask_url, url_secrets
+from kb_retrieval.scoring_profile import BUILT_IN_PROFILE, ScoringProfile, environment_refusal, load_profile
 
 __all__ = [
     "MASK",
@@ -34,7 +35,6 @@ __all__ = [
     "KBSettings",
     "LookupPlan",
     "Metric",
-    "ScoringSettings",
     "VectorStoreMode",
     "mask_secrets",
     "mask_url",
@@ -47,200 +47,6 @@ Metric = Literal["COSINE", "IP", "L2"]
 #: Milvus state (indexing): the vector index types ingest can build, and the read consistency levels.
 IndexType = Literal["auto", "FLAT", "HNSW", "IVF_FLAT", "AUTOINDEX"]
 ConsistencyLevel = Literal["Strong", "Session", "Bounded", "Eventually"]
-
-
-class ScoringSettings(BaseModel):
-    """Every weight and cut-off of the rule reranker, dedupe and result assembly, each with its reason.
-
-    Set one from the environment as ``KB_SCORING__<NAME>`` (e.g. ``KB_SCORING__BOOST_L0_TITLE=0.2``).
-    """
-
-    model_config = ConfigDict(validate_assignment=True)
-
-    boost_l0_title: float = Field(default=0.15, ge=0, le=1, description="The document's title was matched by L0.")
-    boost_l0_keyword: float = Field(
-        default=0.15, ge=0, le=1, description="A frontmatter keyword of the document (e.g. an alert name) matched."
-    )
-    boost_l0_entity: float = Field(default=0.05, ge=0, le=1, description="An entity of the document matched.")
-    boost_l0_category: float = Field(
-        default=0.03,
-        ge=0,
-        le=1,
-        description="The document's category is an L0 domain: weak, domains are wide.",
-    )
-    boost_breadcrumb: float = Field(
-        default=0.04, ge=0, le=1, description="A matched keyword or entity occurs in the chunk's breadcrumb."
-    )
-    boost_content: float = Field(
-        default=0.04, ge=0, le=1, description="A matched keyword or entity occurs in the chunk's text."
-    )
-    boost_title_terms: float = Field(
-        default=0.2,
-        ge=0,
-        le=1,
-        description="Times the L0 title coverage (0.5-1): the query holds much of the title, term by term "
-        "(0.15/0.2/0.3 tried on the public sets; 0.2 best).",
-    )
-    boost_exact_match: float = Field(
-        default=0.6,
-        ge=0,
-        le=1,
-        description="Divided by the documents holding it: a chunk holds a rare identifier of the query verbatim (and "
-        "is evidence whatever its similarity). The one literal holder outranks a document-focus boost (0.45).",
-    )
-    exact_match_max_df: int = Field(
-        default=2,
-        ge=0,
-        description="An identifier is rare enough to be evidence when at most this many documents hold it "
-        "(2: measured on the public sets to fire rarely and rightly; 0 turns the signal off).",
-    )
-    rare_term_max_df: int = Field(
-        default=1,
-        ge=0,
-        description="A plain word or UpperCamel name of the query is a rare term (evidence, like an identifier) when "
-        "at most this many documents hold it and such a document names it in its title or a heading (1: see "
-        "retrieval/exact.py for the measurement; 0 turns the signal off).",
-    )
-    focus_saturation: float = Field(
-        default=0.5,
-        gt=0,
-        le=1,
-        description="Document focus (matched chunks / (chunks + 2)) at which the focus boost is full: among "
-        "focused documents more focus says nothing more.",
-    )
-    focus_padding: int = Field(
-        default=2, ge=0, description="Added to a document's chunk count: a one-chunk page is not all about a query."
-    )
-    close_call_margin: float = Field(
-        default=0.1,
-        ge=0,
-        description="The first document leads clearly when its final score is at least this far above the second's; "
-        "below, the result's confidence says 'close call' and names both (on the public runbook sets the first "
-        "document was right in 96% of lookups at a lead of 0.1 or more, in 62% below it; 11 of the 19 lookups whose "
-        "right runbook came second were below).",
-    )
-    relevance_high: float = Field(default=0.6, ge=0, le=1, description="Top similarity from which relevance is high.")
-    relevance_medium: float = Field(
-        default=0.45, ge=0, le=1, description="Top similarity from which relevance is medium (below: low)."
-    )
-    min_content_tokens: int = Field(
-        default=12, ge=1, description="A packed block needs room for at least this much content, else it is omitted."
-    )
-    l0_max_keyword_documents: int = Field(
-        default=3, ge=1, description="A keyword shared by more documents than this is too generic to be a hint."
-    )
-    l0_title_coverage_min: float = Field(
-        default=0.5, ge=0, le=1, description="Title coverage below this is not a hint (half the title at least)."
-    )
-    l0_title_coverage_limit: int = Field(default=20, ge=1, description="Title-coverage hints kept per query.")
-
-    # --- document ranking (DocumentRanker): one linear model over the signals of a document ------------------
-    # Fitted on the public golden sets (every runbooks set, both settings: a listwise softmax loss over each
-    # query's candidate documents, then rounded); 4-fold cross-validation by query gave the alert sets within 0.02
-    # of the fitted figures and paraphrase hit@1 0.63 / 0.67 (runbooks / mixed) against 0.54 / 0.53 before
-    # document ranking (0.58 / 0.67 without the static model's signal).
-    rank_title: float = Field(
-        default=0.75, ge=0, le=5, description="Times the query's similarity to the document's title vector."
-    )
-    rank_summary: float = Field(
-        default=0.75, ge=0, le=5, description="Times the similarity to the title + opening section vector."
-    )
-    rank_text: float = Field(
-        default=1.5, ge=0, le=5, description="Times the similarity to the text vector (its chunks' mean)."
-    )
-    rank_static_summary: float = Field(
-        default=0.5,
-        ge=0,
-        le=5,
-        description="Times the static model's similarity of the query to the title + opening section "
-        "(kb_retrieval.indexing.static_embed).",
-    )
-    rank_static_title: float = Field(
-        default=0.75,
-        ge=0,
-        le=5,
-        description="Times the static model's similarity of the query to the document's title, words weighted by "
-        "their rarity in the knowledge base (the title vector's weight, not fitted: on the public sets 0.5-1.0 "
-        "gave the same figures within a query or two per set).",
-    )
-    static_common_min_documents: int = Field(
-        default=20,
-        ge=0,
-        description="From this many documents the static model's signals leave out the direction every document's "
-        "static vector shares (its first singular vector, kb_retrieval.indexing.doc_vectors.common_direction); 0: "
-        "never. Fewer documents do not estimate it.",
-    )
-    rank_chunk: float = Field(
-        default=0.0,
-        ge=0,
-        le=5,
-        description="Times the best chunk's similarity: fitted -0.25 once the document vectors are there, so 0 (it "
-        "still decides which section is the evidence, and whether any is).",
-    )
-    rank_lexical: float = Field(default=0.3, ge=0, le=5, description="Times the rule reranker's lexical boost.")
-    rank_title_terms: float = Field(default=2.2, ge=0, le=5, description="Times the title-terms boost.")
-    rank_l0: float = Field(
-        default=1.7,
-        ge=0,
-        le=5,
-        description="Times the L0 boosts (title, keyword, entity, category, breadcrumb, content).",
-    )
-    rank_doc_focus: float = Field(
-        default=0.05,
-        ge=0,
-        le=5,
-        description="Times the document-focus boost (fitted 0.05: the document vectors say what focus said).",
-    )
-    rank_exact_match: float = Field(
-        default=1.0, ge=0, le=5, description="Times the exact-identifier boost (too rare in the sets to fit: kept)."
-    )
-    fit_ranking: bool = Field(
-        default=True,
-        description="Let each knowledge base choose, when an index version is first opened, the best section's "
-        "weight (rank_chunk), its BM25's weight (rank_lexical) and a factor on the identity weights (rank_title, "
-        "rank_summary, rank_static_*) on questions made from its own sections (kb_retrieval.retrieval.rank_fit); "
-        "off, or with too few sections, the rank_* weights as set.",
-    )
-    fit_queries: int = Field(
-        default=200, ge=0, le=2000, description="Pseudo-queries the ranking fit asks at most (0: no fit)."
-    )
-    fit_min_queries: int = Field(
-        default=50, ge=1, le=2000, description="Fewer pseudo-queries than this: the rank_* weights as set."
-    )
-
-    @property
-    def exact_signals(self) -> bool:
-        """Whether a lookup needs the exact-identifier index (identifiers or rare terms on)."""
-        return self.exact_match_max_df > 0 or self.rare_term_max_df > 0
-
-    def ranking_weights(self) -> dict[str, float]:
-        """The document ranker's weights by the names its trace records."""
-        return {
-            "doc_title": self.rank_title,
-            "doc_summary": self.rank_summary,
-            "doc_text": self.rank_text,
-            "doc_static": self.rank_static_summary,
-            "doc_static_title": self.rank_static_title,
-            "chunk": self.rank_chunk,
-            "lexical": self.rank_lexical,
-            "title_terms": self.rank_title_terms,
-            "l0": self.rank_l0,
-            "doc_focus": self.rank_doc_focus,
-            "exact_match": self.rank_exact_match,
-        }
-
-    def boosts(self) -> dict[str, float]:
-        """The rerank boosts by the names the rerank trace records."""
-        return {
-            "l0_title": self.boost_l0_title,
-            "l0_keyword": self.boost_l0_keyword,
-            "l0_entity": self.boost_l0_entity,
-            "l0_category": self.boost_l0_category,
-            "breadcrumb": self.boost_breadcrumb,
-            "content": self.boost_content,
-            "title_terms": self.boost_title_terms,
-            "exact_match": self.boost_exact_match,
-        }
 
 
 class KBSettings(BaseSettings):
@@ -414,7 +220,11 @@ class KBSettings(BaseSettings):
         "with the same index version loads it instead of reading the collection (100k chunks: about 1 s instead of "
         "50 s; ~0.45 GB of disk). Milvus stays the store of record: a new version is read from it.",
     )
-    l1_enabled: bool = Field(default=True, description="Semantic retrieval; off only for diagnostics.")
+    l1_enabled: bool = Field(
+        default=True,
+        description="Semantic retrieval; off only for diagnostics: the spec's 'unless L1 is explicitly disabled by "
+        "configuration' (L0 then gives hints, never evidence, and the result says so).",
+    )
     top_k: int = Field(default=20, gt=0, le=200, description="L1 candidates fetched per attempt.")
     max_evidence_blocks: int = Field(default=5, gt=0, description="Evidence blocks returned at most.")
     reference_threshold: float = Field(
@@ -441,7 +251,9 @@ class KBSettings(BaseSettings):
         default=True,
         description="Once a lookup has evidence, the documents ranked above the first one at evidence_threshold lead "
         "the evidence blocks (hit reason l1_rank): the threshold decides whether the knowledge base answers, the "
-        "ranking which document comes first; false: only documents at the threshold are blocks.",
+        "ranking which document comes first; false: only documents at the threshold are blocks (kept beside "
+        "evidence_fills_by_ranking: false still changes which document leads on the public paraphrase set, and a "
+        "request may compare the two).",
     )
     evidence_fills_by_ranking: bool = Field(
         default=True,
@@ -457,7 +269,12 @@ class KBSettings(BaseSettings):
     )
     lexical_top_k: int = Field(default=20, ge=0, le=200, description="Lexical candidates added per attempt.")
     lexical_weight: float = Field(
-        default=0.2, ge=0, le=1, description="Rerank boost of the best lexical hit; others in proportion."
+        default=0.2,
+        ge=0,
+        le=1,
+        description="Rerank boost of the best lexical hit; others in proportion. A knob, not a fitted weight (the "
+        "dense/BM25 balance a request may set, LlamaIndex's alpha); how much it counts in the document ranking is "
+        "the scoring profile's rank_lexical.",
     )
     lexical_rescore_min: float = Field(
         default=0.0,
@@ -465,15 +282,19 @@ class KBSettings(BaseSettings):
         le=1,
         description="Lexical hits the dense search missed join the candidates only from this BM25 score (relative "
         "to the best hit) up; 0 takes them all. In process they cost a second Milvus search; in Milvus they come "
-        "with the one hybrid call.",
+        "with the one hybrid call. A cost knob (0: not fitted).",
     )
     doc_focus_weight: float = Field(
-        default=0.45, ge=0, le=1, description="Boost by the share of a document's chunks among the candidates."
+        default=0.45,
+        ge=0,
+        le=1,
+        description="Boost by the share of a document's chunks among the candidates. A knob a request may set; how "
+        "much it counts in the document ranking is the scoring profile's rank_doc_focus.",
     )
     document_ranking: bool = Field(
         default=True,
         description="Rank documents by their title, summary and whole-text vectors with the chunk signals "
-        "(KBSettings.scoring.rank_*); off, or without document vectors, the rule reranker's score ranks them.",
+        "(the scoring profile's rank_*); off, or without document vectors, the rule reranker's score ranks them.",
     )
     expand_documents: bool = Field(
         default=True,
@@ -533,8 +354,36 @@ class KBSettings(BaseSettings):
         "settings and the embedding model); the core imports it only then.",
     )
 
-    # --- scoring ---------------------------------------------------------------------------------------
-    scoring: ScoringSettings = Field(default_factory=ScoringSettings)
+    # --- scoring: the fitted weights are a profile, chosen as a whole (kb_retrieval.scoring_profile) ------
+    scoring_profile: Path | None = Field(
+        default=None,
+        description="A JSON file of a scoring profile (complete or partial: the weights it leaves out are the built-in "
+        "profile's) with a version of its own, read once when the settings are made; unset: the built-in profile. "
+        "The weights themselves are not environment settings (docs/configuration.md, 'The scoring profile').",
+    )
+    scoring: ScoringProfile = Field(
+        default=BUILT_IN_PROFILE,
+        description="The scoring profile lookups read: the built-in one, the file scoring_profile names, or one given "
+        "in Python (KBSettings(scoring=...), the tuning tools); never read from the environment.",
+        json_schema_extra={"environment": False},
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _scoring_from_profile(cls, data: Any) -> Any:
+        # The weights are one versioned profile: a weight set one by one in the environment would be a profile no
+        # trace names, so it is refused, not ignored. A profile given in Python wins over the file (a copy of these
+        # settings carries both); the file is read only to make the settings.
+        if refusal := environment_refusal(os.environ):
+            raise ValueError(refusal)
+        if isinstance(data, dict) and data.get("scoring_profile") and data.get("scoring") is None:
+            data = {**data, "scoring": load_profile(Path(data["scoring_profile"]))}
+        return data
+
+    @field_validator("scoring_profile", mode="before")
+    @classmethod
+    def _no_profile_file(cls, value: object) -> object:
+        return None if value == "" else value  # KB_SCORING_PROFILE= : the built-in profile
 
     @field_validator("milvus_uri", "trace_db_url")
     @classmethod

@@ -25,11 +25,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kb_retrieval.config import ScoringSettings
 from kb_retrieval.evaluation.report import EvalReport, summary_rows
 from kb_retrieval.models import EvidenceBlock, LookupResult, RerankTrace, RetrievalTrace
 from kb_retrieval.reporting import markdown_table
 from kb_retrieval.result import relevance
+from kb_retrieval.scoring_profile import BUILT_IN_PROFILE, ScoringProfile
 from kb_retrieval.terminal import completeness_in_words, not_found_lines, pack_mark, reason_in_words, why
 
 if TYPE_CHECKING:
@@ -153,9 +153,9 @@ def _cut(text: str, limit: int = REPR_CHARS) -> str:
 EVIDENCE_COLUMNS = ["rank", "source", "title", "relevance", "in pack", "why"]
 
 
-def result_view(result: LookupResult, scoring: ScoringSettings | None = None) -> View:
+def result_view(result: LookupResult, scoring: ScoringProfile | None = None) -> View:
     """The result as the terminal shows it: the evidence table first, the traces folded away."""
-    scoring = scoring or ScoringSettings()
+    scoring = scoring or BUILT_IN_PROFILE
     summary = result.context_pack.summary
     lines = [("query", result.query_transform.original_query)]
     if result.found:
@@ -271,9 +271,9 @@ def result_repr(result: LookupResult) -> str:
     )
 
 
-def result_rows(result: LookupResult, scoring: ScoringSettings | None = None) -> list[dict[str, Any]]:
+def result_rows(result: LookupResult, scoring: ScoringProfile | None = None) -> list[dict[str, Any]]:
     """One row per evidence document: the evidence table with numbers as numbers."""
-    scoring = scoring or ScoringSettings()
+    scoring = scoring or BUILT_IN_PROFILE
     summary = result.context_pack.summary
     return [
         {

@@ -380,7 +380,7 @@ class KnowledgeLookup:
     @span(dispatcher)
     def _record(self, query: str, result: LookupResult, sidecar_run: SidecarRunProtocol | None) -> bool:
         entry = sidecar_run.trace_entry() if sidecar_run is not None else disabled_entry()
-        return self.traces.record(query, result, sidecar=entry)
+        return self.traces.record(query, result, sidecar=entry, scoring_profile=self.settings.scoring.version)
 
     def lookup_ranked(self, query: str) -> tuple[LookupResult, list[Candidate]]:
         """``lookup_detailed`` as a pair: the result and its document-level ranking (what fixtures record)."""

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kb_retrieval.config import KBSettings
+from kb_retrieval.scoring_profile import ScoringProfile
 
 _CONNECTION = (
     "the pipeline holds one Milvus client on one collection, opened when it was built; build another "
@@ -38,6 +39,15 @@ _BUILT = "chosen when the pipeline was built (it decides what was loaded); build
 _INGEST = "an ingest setting: it shapes what ingest writes, not a lookup; pass it to ingest"
 _TRACES = "the trace store is opened once per pipeline; build another KnowledgeLookup for another"
 _SIDECAR = "the comparison runner (the sidecar) is started with the pipeline; build another KnowledgeLookup"
+_PROFILE_FILE = (
+    "the profile file is read once, into scoring, when the settings are made; pass "
+    "scoring=load_profile(path) (kb_retrieval.scoring_profile) instead"
+)
+#: Why a request may not change the scoring profile (in Python, ``with_settings(scoring=...)`` may).
+PROFILE_PER_SERVER = (
+    "the scoring profile is the server's, chosen as a whole when serve starts (KB_SCORING_PROFILE=<file.json>), so "
+    "every trace of the server names one profile version; a request may set lexical_weight and doc_focus_weight"
+)
 
 #: Settings fixed when a pipeline is built, each with why.
 FIXED: dict[str, str] = {
@@ -75,6 +85,7 @@ FIXED: dict[str, str] = {
     ),
     **dict.fromkeys(("trace_db_url", "trace_timeout_s", "trace_wait", "trace_query", "trace_content_chars"), _TRACES),
     **dict.fromkeys(("sidecar_enabled", "sidecar_factory"), _SIDECAR),
+    "scoring_profile": _PROFILE_FILE,
 }
 
 _SCOPE = (
@@ -109,6 +120,11 @@ def check_overrides(overrides: Mapping[str, Any], current: KBSettings) -> None:
             raise UnsupportedOverrideError(f"{name} cannot be overridden: {FIXED[name]}")
         if name in INSTEAD:
             raise UnsupportedOverrideError(f"{name} is not supported: {INSTEAD[name]}")
+        if name in ScoringProfile.model_fields:
+            raise UnsupportedOverrideError(
+                f"{name} is a weight of the scoring profile, not a setting: pass "
+                f"scoring=settings.scoring.variant('<name>', {name}=...) for a profile of your own"
+            )
     if unknown := sorted(set(overrides) - set(KBSettings.model_fields)):
         raise UnsupportedOverrideError(
             f"unknown setting(s) {', '.join(unknown)}; valid: {', '.join(sorted(KBSettings.model_fields))}"
@@ -124,6 +140,8 @@ def request_refusal(name: str) -> str:
         >>> request_refusal("lookup_timeout_s")
         'a setting of the server, not of one request: set KB_LOOKUP_TIMEOUT_S when serve starts'
     """
+    if name in ("scoring", "scoring_profile") or name in ScoringProfile.model_fields:
+        return f"cannot be changed per request: {PROFILE_PER_SERVER}"
     if name in FIXED:
         return f"cannot be changed per request: {FIXED[name]}"
     if name in INSTEAD:

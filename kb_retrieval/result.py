@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from llama_index.core.schema import NodeWithScore, TextNode
 
-from kb_retrieval.config import ScoringSettings
 from kb_retrieval.models import (
     ContextPack,
     ContextPackSummary,
@@ -34,6 +33,7 @@ from kb_retrieval.retrieval.calibration import Calibration, lexical_lead
 from kb_retrieval.retrieval.context_pack import block_header
 from kb_retrieval.retrieval.evidence import evidence_score, is_ranking_fill
 from kb_retrieval.retrieval.stage import stage_of
+from kb_retrieval.scoring_profile import ScoringProfile
 
 if TYPE_CHECKING:
     from kb_retrieval.config import KBSettings
@@ -60,7 +60,7 @@ def assemble_result(
     l1: L1Outcome,
     pack: ContextPack,
     *,
-    scoring: ScoringSettings,
+    scoring: ScoringProfile,
     l1_enabled: bool,
     stage_ms: dict[str, float],
 ) -> LookupResult:
@@ -150,7 +150,7 @@ def near_misses(attempts: list[AttemptResult]) -> list[NearMiss]:
 
 def relevance(
     blocks: list[EvidenceBlock],
-    scoring: ScoringSettings,
+    scoring: ScoringProfile,
     calibration: Calibration | None = None,
     nodes: list[NodeWithScore] | None = None,
 ) -> RelevanceLevel:

@@ -25,8 +25,9 @@ from typing import Any
 from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
-from kb_retrieval.config import KBSettings, ScoringSettings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.reporting import markdown_table, replace_marked_section
+from kb_retrieval.scoring_profile import ScoringProfile
 
 #: The markers around each generated table, and the file each belongs in.
 SECTIONS = {
@@ -34,11 +35,13 @@ SECTIONS = {
     "scoring": ("<!-- scoring:start -->", "<!-- scoring:end -->"),
 }
 HEADER = ["variable", "default", "meaning"]
+#: The scoring profile's table: its weights are no environment variables (kb_retrieval.scoring_profile).
+PROFILE_HEADER = ["weight", "built-in value", "meaning"]
 
 
 def settings_rows(model: type[BaseModel] = KBSettings, prefix: str = "KB_") -> list[tuple[str, str, str]]:
-    """One ``(variable, default, meaning)`` row per setting of ``model``, in declaration order; a nested group (the
-    scoring settings) is one row pointing at its own table.
+    """One ``(variable, default, meaning)`` row per setting of ``model``, in declaration order; a nested group is one
+    row pointing at its own table; a field not read from the environment (the scoring profile) has no row.
 
     Raises:
         ValueError: A setting has no description (every setting is documented, or the table would say nothing).
@@ -46,6 +49,8 @@ def settings_rows(model: type[BaseModel] = KBSettings, prefix: str = "KB_") -> l
     rows = []
     for name, info in model.model_fields.items():
         variable = f"{prefix}{name.upper()}"
+        if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("environment") is False:
+            continue
         if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
             meaning = f"The {name} group: one variable per field, see docs/configuration.md."
             rows.append((f"`{variable}__*`", "-", meaning))
@@ -57,9 +62,27 @@ def settings_rows(model: type[BaseModel] = KBSettings, prefix: str = "KB_") -> l
 
 
 def render(section: str) -> str:
-    """The Markdown table of one section: ``settings`` (``KB_*``) or ``scoring`` (``KB_SCORING__*``)."""
-    rows = settings_rows() if section == "settings" else settings_rows(ScoringSettings, "KB_SCORING__")
-    return "\n".join(markdown_table(HEADER, [list(row) for row in rows]))
+    """The Markdown table of one section: ``settings`` (``KB_*``) or ``scoring`` (the built-in scoring profile)."""
+    if section == "settings":
+        return "\n".join(markdown_table(HEADER, [list(row) for row in settings_rows()]))
+    return "\n".join(markdown_table(PROFILE_HEADER, [list(row) for row in profile_rows()]))
+
+
+def profile_rows() -> list[tuple[str, str, str]]:
+    """One ``(weight, built-in value, meaning)`` row per field of the scoring profile, its version first.
+
+    Example:
+        >>> profile_rows()[0][:2]
+        ('`version`', '`2026.12.1`')
+    """
+    rows = []
+    for name, info in ScoringProfile.model_fields.items():
+        if not info.description:
+            raise ValueError(
+                f"weight {name} of the scoring profile has no description (kb_retrieval/scoring_profile.py)"
+            )
+        rows.append((f"`{name}`", _default(info), _cell(info.description)))
+    return rows
 
 
 def update(path: Path) -> bool:

@@ -16,11 +16,11 @@ from __future__ import annotations
 import re
 import textwrap
 
-from kb_retrieval.config import ScoringSettings
 from kb_retrieval.models import ContextPackSummary, DocumentSection, EvidenceBlock, LookupResult, NearMiss
 from kb_retrieval.result import relevance
 from kb_retrieval.retrieval.evidence import fills_after_evidence
 from kb_retrieval.retrieval.stage import HitKind
+from kb_retrieval.scoring_profile import ScoringProfile
 
 #: How many hit reasons the "why" column shows (the rest are in ``--json``).
 MAX_REASONS = 4
@@ -29,7 +29,7 @@ MAX_SOURCE_CHARS = 48
 MAX_TITLE_CHARS = 40
 
 
-def lookup_text(result: LookupResult, scoring: ScoringSettings, *, full: bool = False, width: int | None = None) -> str:
+def lookup_text(result: LookupResult, scoring: ScoringProfile, *, full: bool = False, width: int | None = None) -> str:
     """The result as a person reads it on a terminal.
 
     Args:

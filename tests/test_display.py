@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from kb_retrieval.config import ScoringSettings
 from kb_retrieval.evaluation.fixtures import load_fixture
 from kb_retrieval.evaluation.golden import load_golden
 from kb_retrieval.evaluation.runner import evaluate
 from kb_retrieval.models import LookupResult
 from kb_retrieval.result import relevance
+from kb_retrieval.scoring_profile import BUILT_IN_PROFILE
 from kb_retrieval.terminal import completeness_in_words, why
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,7 +55,7 @@ def test_a_found_result_shows_the_evidence_table_in_the_terminals_words():
     for row, block in zip(rows, result.evidence_blocks, strict=True):
         assert row[4] == ("left out" if block.source in omitted else "cut" if block.source in cut else "in pack")
         assert row[5] == why(block)  # the CLI's wording, not the raw codes
-        assert row[3] == f"{relevance([block], ScoringSettings())} {block.similarity:.2f}"
+        assert row[3] == f"{relevance([block], BUILT_IN_PROFILE)} {block.similarity:.2f}"
         assert "l1_semantic:" not in row[5]
     assert html.escape(result.confidence) in page
     assert html.escape(completeness_in_words(result.completeness_hint)) in page

@@ -85,14 +85,19 @@ def test_the_readme_starts_small():
 
 @pytest.mark.unit
 def test_the_settings_table_lists_every_setting():
-    from kb_retrieval.config import KBSettings, ScoringSettings
+    """Every environment setting has its row; the scoring profile has its own table of weights, none of them a
+    variable (the profile is chosen as a whole: KB_SCORING_PROFILE)."""
+    from kb_retrieval.config import KBSettings
+    from kb_retrieval.scoring_profile import ScoringProfile
     from kb_retrieval.settings_table import render
 
-    table = render("settings") + render("scoring")
-    for name in KBSettings.model_fields:
-        assert f"`KB_{name.upper()}" in table
-    for name in ScoringSettings.model_fields:
-        assert f"`KB_SCORING__{name.upper()}`" in table
+    settings, profile = render("settings"), render("scoring")
+    for name in set(KBSettings.model_fields) - {"scoring"}:
+        assert f"`KB_{name.upper()}" in settings
+    assert "KB_SCORING_" not in settings.replace("`KB_SCORING_PROFILE`", "")
+    for name in ScoringProfile.model_fields:
+        assert f"| `{name}` |" in profile
+    assert "KB_" not in profile and profile.startswith("| weight | built-in value | meaning |")
 
 
 @pytest.fixture(scope="session")

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from kb_retrieval.config import ScoringSettings
 from kb_retrieval.models import LookupResult, QueryTransform, RetrievalAttempt
 from kb_retrieval.result import assemble_result
 from kb_retrieval.retrieval.attempts import AttemptResult, L1Outcome
 from kb_retrieval.retrieval.context_pack import pack_context
 from kb_retrieval.retrieval.evidence import build_evidence_blocks, is_ranking_fill
 from kb_retrieval.retrieval.stage import candidate_node
+from kb_retrieval.scoring_profile import BUILT_IN_PROFILE
 from tests.support.candidates import cand
 
 pytestmark = pytest.mark.unit
@@ -36,7 +36,7 @@ def _result(fill: bool, budget: int) -> LookupResult:
     trace = RetrievalAttempt(attempt=1, filtered=False, query="q", outcome="ok")
     l1 = L1Outcome(attempts=[AttemptResult(trace=trace, nodes=nodes, blocks=blocks)])
     pack = pack_context(blocks, budget_tokens=budget)
-    return assemble_result(TRANSFORM, l1, pack, scoring=ScoringSettings(), l1_enabled=True, stage_ms={})
+    return assemble_result(TRANSFORM, l1, pack, scoring=BUILT_IN_PROFILE, l1_enabled=True, stage_ms={})
 
 
 def test_fills_reach_the_pack_but_not_found_relevance_or_completeness():

@@ -52,6 +52,7 @@ def run_bench(shared: Path, out_dir: Path, state_root: Path, *, parts: set[str],
     # Question-style queries on the same collection: people's wording (questions, symptoms in their own words).
     questions = [c.query for c in read_cases(shared / "golden" / QUESTIONS_SET)]
     if "quality" in parts:
+        report["scoring_profile"] = KBSettings().scoring.version  # what the quality lookups read (KB_SCORING_PROFILE)
         for setting in SETTINGS:
             report["quality"][setting.name] = run_setting(setting, shared, state_root, embed_model, _log)
     if "speed" in parts:
@@ -102,7 +103,7 @@ def previous_figures(path: Path) -> dict[str, Any]:
             if s.name in quality
         },
         "speed": kept.get("speed") or {},
-        **{k: v for k, v in kept.items() if k.startswith("seconds_")},
+        **{k: v for k, v in kept.items() if k.startswith("seconds_") or k == "scoring_profile"},
     }
 
 

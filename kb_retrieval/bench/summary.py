@@ -36,6 +36,7 @@ def summary_markdown(report: dict[str, Any]) -> str:
                 + f" | {_fmt(systems['lookup_knowledge']['no_answer_found_false'])}"
                 + f" | {_fmt(systems['lookup_knowledge'].get('strong@1'))} |"
             )
+    lines += profile_lines(report)
     speed = report.get("speed") or {}
     if latency := speed.get("warm_latency"):
         encoder = latency.get("query_encoder", "the embedding model")
@@ -109,6 +110,12 @@ LATENCY_SET_WORDS = {
     "alerts": "runbook alert texts (runbooks-alerts-dev)",
     "questions": f"question-style queries ({QUESTIONS_SET.removesuffix('.jsonl')})",
 }
+
+
+def profile_lines(report: dict[str, Any]) -> list[str]:
+    """The line naming the scoring profile the quality figures were measured with (none in a report without it)."""
+    profile = report.get("scoring_profile")
+    return ["", f"Scoring profile {profile} (kb_retrieval.scoring_profile; docs/configuration.md)."] if profile else []
 
 
 def serve_throughput_markdown(figures: dict[str, Any]) -> str:

@@ -53,7 +53,9 @@ def _open(setting: Setting, shared: Path, state_root: Path, *, fit: bool) -> Any
     settings = KBSettings(state_dir=state_root / setting.name, collection="kb_chunks")
     if not (settings.state_dir / "milvus.db").exists():
         ingest([shared / "corpora" / c for c in setting.corpora], settings, progress=True)
-    scoring = settings.scoring.model_copy(update={"fit_ranking": fit})
+    scoring = settings.scoring
+    if scoring.fit_ranking != fit:  # a variant: its version says so in every trace
+        scoring = scoring.variant("fit-on" if fit else "fit-off", fit_ranking=fit)
     return KnowledgeLookup(settings.model_copy(update={"scoring": scoring}))
 
 

@@ -58,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         "lookup_plan_reason": plan_reason,
         "document_vectors": doc_vectors,
         "features_off": dict(sorted(off.items())),
+        "scoring_profile": settings.scoring.version,
     }
     if args.json:
         print(json.dumps(stats, sort_keys=True))
@@ -72,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
         ("lexical", stats["lexical_mode"]),
         ("lookup plan", f"{plan} ({plan_reason})"),
         ("document vectors", f"{stats['document_vectors']} documents (title, summary, text)"),
+        ("scoring profile", f"{stats['scoring_profile']} ({settings.scoring_profile or 'built in'})"),
         *((f"{feature} off", reason) for feature, reason in stats["features_off"].items()),
     ]
     width = max(len(label) for label, _ in rows)

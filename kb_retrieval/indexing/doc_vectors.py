@@ -399,7 +399,7 @@ def common_direction(rows: np.ndarray) -> np.ndarray:
     A static model's text vector is a sum of word vectors, and what every text of one knowledge base says (the words
     of its domain and of runbook prose) adds one direction to all of them; cosine similarity then measures that
     direction as much as the query's own words. Removing it from documents and query alike leaves what tells the
-    documents apart. Estimated only from enough documents (``ScoringSettings.static_common_min_documents``): from a
+    documents apart. Estimated only from enough documents (``ScoringProfile.static_common_min_documents``): from a
     handful, the first direction is one document's, not the corpus's.
 
     Example:

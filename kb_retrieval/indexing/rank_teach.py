@@ -24,18 +24,19 @@ from llama_index.core.callbacks import CallbackManager, CBEventType, EventPayloa
 from llama_index.core.callbacks.base_handler import BaseCallbackHandler
 from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters
 
-from kb_retrieval.config import KBSettings, ScoringSettings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.pseudo_queries import PseudoQuery, SectionRow, pseudo_queries
 from kb_retrieval.knowledge.chunker import BREADCRUMB_SEPARATOR
 from kb_retrieval.models import EvidenceStatus
 from kb_retrieval.retrieval.query_check import EmptyQueryError
 from kb_retrieval.retrieval.rank_fit import PseudoCase, RankFit, choose, load_fit, store_fit
 from kb_retrieval.retrieval.stage import stage_of
+from kb_retrieval.scoring_profile import ScoringProfile
 
 log = logging.getLogger(__name__)
 
 #: Every ranking weight at 1: the ranker's record then holds each signal's raw value.
-UNIT_WEIGHTS = {name: 1.0 for name in ScoringSettings.model_fields if name.startswith("rank_")}
+UNIT_WEIGHTS = {name: 1.0 for name in ScoringProfile.model_fields if name.startswith("rank_")}
 
 
 class _RankerSignals(BaseCallbackHandler):
@@ -116,7 +117,7 @@ def ranker_signals(lookup: Any, texts: list[str], left_out: list[str] | None = N
     from kb_retrieval.retrieval.doc_rank import DocumentRanker
 
     handler = _RankerSignals(DocumentRanker.class_name())
-    scoring = lookup.settings.scoring.model_copy(update={**UNIT_WEIGHTS, "fit_ranking": False})
+    scoring = lookup.settings.scoring.variant("unit-weights", **UNIT_WEIGHTS, fit_ranking=False)
     unit = lookup.with_settings(scoring=scoring)
     unit = unit._variant(unit.settings, CallbackManager([handler]))
     unit.traces, unit.sidecar = _NoTraces(), None  # the knowledge base's own questions are no tool calls

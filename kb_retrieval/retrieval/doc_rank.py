@@ -24,9 +24,9 @@ when an index version is first opened): the best section's weight, its BM25's we
 the identity weights (title, summary, both static); the hit reason ends with the mixture and what chose it.
 (``l0`` is the sum of the L0 boosts: title, keyword, entity, category, breadcrumb, content.) Both static
 similarities leave out the direction every document's static vector shares, from 20 documents up
-(``ScoringSettings.static_common_min_documents``; :func:`~kb_retrieval.indexing.doc_vectors.common_direction`).
+(``ScoringProfile.static_common_min_documents``; :func:`~kb_retrieval.indexing.doc_vectors.common_direction`).
 The weights were fitted on the public golden sets and rounded, but the weighted title's, set to the title vector's
-(see ``ScoringSettings``).
+(see ``ScoringProfile``).
 The contributions are recorded on the node (``RerankRecord.ranking``, summing to its score) and the document
 similarities as an ``l1_document`` hit reason.
 It orders, it never makes a lookup find: whether the knowledge base answers is still judged on the chunks (the
@@ -59,7 +59,6 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 from pydantic import Field, PrivateAttr
 
-from kb_retrieval.config import ScoringSettings
 from kb_retrieval.indexing.doc_vectors import DocumentVectors
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.retrieval.events import reranking
@@ -75,6 +74,7 @@ from kb_retrieval.retrieval.stage import (
     stage_of,
     write_stage,
 )
+from kb_retrieval.scoring_profile import BUILT_IN_PROFILE, ScoringProfile
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ class DocumentRanker(BaseNodePostprocessor):
     """Reorder one-node-per-document candidates by the document-level linear model (see the module doc)."""
 
     weights: dict[str, float] = Field(
-        default_factory=lambda: ScoringSettings().ranking_weights(), description="Signal -> weight."
+        default_factory=lambda: BUILT_IN_PROFILE.ranking_weights(), description="Signal -> weight."
     )
     mixture: str = Field(
         default="", description="What chose the weights: the knowledge base's own fit (rank_fit), or empty."
@@ -225,7 +225,7 @@ class DocumentRanker(BaseNodePostprocessor):
         return [(n, stage_of(n)) for n in nodes]
 
 
-def taught_weights(scoring: ScoringSettings, fit: RankFit | None) -> tuple[dict[str, float], str]:
+def taught_weights(scoring: ScoringProfile, fit: RankFit | None) -> tuple[dict[str, float], str]:
     """The ranking weights of ``scoring`` with the mixture the knowledge base chose (``fit``, when
     ``scoring.fit_ranking``), and a note of what chose them for the trace ("" without a fit)."""
     weights = scoring.ranking_weights()

@@ -19,7 +19,8 @@ candidate's metadata or content. The hint becomes a *hit reason* on the candidat
 |               | verbatim: the weight / the documents holding it                    |         |
 |               | (:mod:`~kb_retrieval.retrieval.exact`); evidence on its own        |         |
 
-The weights are ``KBSettings.scoring`` (``KB_SCORING__BOOST_*``) and ``lexical_weight``. The per-query context comes
+The weights are the scoring profile's boosts (``KBSettings.scoring``, :mod:`kb_retrieval.scoring_profile`) and the
+``lexical_weight`` setting. The per-query context comes
 with the call: a :class:`~kb_retrieval.retrieval.hybrid.LookupQuery` carries the L0 hints of the lookup; with a
 plain ``QueryBundle`` (a stock pipeline) the hints are computed from the query string by the ``l0`` provider when
 one is configured. Nodes of any retriever are accepted (see :func:`~kb_retrieval.retrieval.stage.stage_of`).
@@ -42,7 +43,6 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 from pydantic import Field, PrivateAttr
 
-from kb_retrieval.config import ScoringSettings
 from kb_retrieval.knowledge.text import words
 from kb_retrieval.models import Candidate, L0Hints
 from kb_retrieval.retrieval.events import reranking
@@ -61,6 +61,7 @@ from kb_retrieval.retrieval.stage import (
     stage_of,
     write_stage,
 )
+from kb_retrieval.scoring_profile import BUILT_IN_PROFILE
 
 dispatcher = get_dispatcher(__name__)
 log = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ class RuleReranker(BaseNodePostprocessor):
     hit reasons."""
 
     boosts: dict[str, float] = Field(
-        default_factory=lambda: ScoringSettings().boosts(), description="Boost name -> weight (KBSettings.scoring)."
+        default_factory=lambda: BUILT_IN_PROFILE.boosts(), description="Boost name -> weight (the scoring profile's)."
     )
     lexical_weight: float = Field(default=0.2, ge=0, le=1, description="Boost of the best BM25 hit.")
     _l0: L0HintProvider | None = PrivateAttr(default=None)

@@ -19,10 +19,10 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from kb_retrieval.config import ScoringSettings
 from kb_retrieval.models import LookupResult
 from kb_retrieval.output import result_json
 from kb_retrieval.result import relevance
+from kb_retrieval.scoring_profile import ScoringProfile
 from kb_retrieval.service.dependencies import Lookup, Runner
 from kb_retrieval.service.models import LookupRequest
 from kb_retrieval.terminal import (
@@ -87,11 +87,11 @@ async def page_lookup(body: LookupRequest, request: Request, runner: Runner, loo
     return Response(text + "}", media_type="application/json")
 
 
-def page_view(result: LookupResult, scoring: ScoringSettings) -> dict[str, Any]:
+def page_view(result: LookupResult, scoring: ScoringProfile) -> dict[str, Any]:
     """The result in the terminal's words, one entry per evidence block (in the result's order).
 
     Example:
-        >>> page_view(result, ScoringSettings())["blocks"][0]["pack"]  # doctest: +SKIP
+        >>> page_view(result, BUILT_IN_PROFILE)["blocks"][0]["pack"]  # doctest: +SKIP
         'in pack'
     """
     summary = result.context_pack.summary

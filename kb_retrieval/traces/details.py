@@ -20,12 +20,16 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def retrieval_details(
-    result: LookupResult, content_chars: int = 160, sidecar: dict[str, Any] | None = None
+    result: LookupResult,
+    content_chars: int = 160,
+    sidecar: dict[str, Any] | None = None,
+    scoring_profile: str | None = None,
 ) -> dict[str, Any]:
     """The compact trace of one call (snake_case keys, as the spec names them).
 
     ``sidecar`` is the compact run of the sidecar (any runner of ``kb_retrieval.sidecar_protocol``) when one ran
-    beside the lookup; without one the entry says ``disabled``.
+    beside the lookup; without one the entry says ``disabled``. ``scoring_profile``: the version of the scoring
+    profile the lookup read (``KBSettings.scoring.version``), so a row says which weights ranked it.
     """
     hints = result.query_transform.hints
     transform = result.query_transform.model_dump(mode="json")
@@ -62,6 +66,7 @@ def retrieval_details(
         "completeness_hint": result.completeness_hint,
         "stage_ms": result.stage_ms,
         "sidecar": sidecar if sidecar is not None else disabled_entry(),
+        "scoring_profile": scoring_profile,
     }
 
 

@@ -142,6 +142,7 @@ class TraceStore:
         tool_name: str = TOOL_NAME,
         sidecar: dict[str, Any] | None = None,
         wait: bool | None = None,
+        scoring_profile: str | None = None,
     ) -> bool:
         """Write one row, in the background. On failure log and count it; never raise.
 
@@ -155,7 +156,7 @@ class TraceStore:
         known in time and is logged as such.
 
         The row is built here, from the result as it is now. ``sidecar``: the ``retrieval_details.sidecar`` entry
-        when a sidecar ran beside the lookup.
+        when a sidecar ran beside the lookup; ``scoring_profile``: the version of the profile that ranked it.
         """
         waits = self.wait if wait is None else wait
         deadline = time.monotonic() + self.timeout_s + WAIT_MARGIN_S
@@ -168,7 +169,7 @@ class TraceStore:
             "found": result.found,
             "evidence_status": result.evidence_status.value,
             "retrieval_layer": result.retrieval_layer,
-            "retrieval_details": self._details(result, sidecar),
+            "retrieval_details": self._details(result, sidecar, scoring_profile),
         }
         job = Job(row, detached=not waits)
         if not self._writer.enqueue(job):
@@ -200,9 +201,12 @@ class TraceStore:
         waiting. Gives nothing up."""
         return self._writer.flush(timeout_s)
 
-    def _details(self, result: LookupResult, sidecar: dict[str, Any] | None) -> dict[str, Any]:
+    def _details(
+        self, result: LookupResult, sidecar: dict[str, Any] | None, scoring_profile: str | None = None
+    ) -> dict[str, Any]:
         """``retrieval_details`` with the query texts in the store's query mode and only storable text."""
-        return private_details(retrieval_details(result, self.content_chars, sidecar), self.query_mode)
+        details = retrieval_details(result, self.content_chars, sidecar, scoring_profile)
+        return private_details(details, self.query_mode)
 
     def stored_query(self, text: str) -> str:
         """The query as trace rows keep it: in full, as ``sha256:<hex>``, or as ``[redacted: N characters]``."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kb_retrieval.config import ScoringSettings
 from kb_retrieval.indexing.doc_vectors import DocumentVectors
 from kb_retrieval.indexing.static_embed import StaticEmbedder
 from kb_retrieval.models import L0Hints, QueryTransform
@@ -16,6 +15,7 @@ from kb_retrieval.retrieval.evidence import build_evidence_blocks
 from kb_retrieval.retrieval.hybrid import LookupQuery
 from kb_retrieval.retrieval.rerank import RuleReranker
 from kb_retrieval.retrieval.stage import candidate_node, stage_of
+from kb_retrieval.scoring_profile import BUILT_IN_PROFILE
 from tests.support.candidates import cand
 
 pytestmark = pytest.mark.unit
@@ -46,7 +46,7 @@ def test_the_document_that_matches_as_a_whole_comes_first():
     assert [stage_of(n).candidate.source for n in ranked] == ["k/a.md", "k/b.md"]
     record = stage_of(ranked[0]).rerank
     assert record is not None
-    weights = ScoringSettings()
+    weights = BUILT_IN_PROFILE
     assert record.ranking == pytest.approx(
         {"doc_title": weights.rank_title, "doc_summary": weights.rank_summary, "doc_text": weights.rank_text}
     )
@@ -81,7 +81,7 @@ def test_the_static_model_s_opinion_breaks_a_tie():
     assert [stage_of(n).candidate.source for n in ranked] == ["k/a.md", "k/b.md"]
     top, other = (stage_of(n).rerank for n in ranked)
     assert top is not None and other is not None
-    assert top.ranking["doc_static"] == pytest.approx(ScoringSettings().rank_static_summary)
+    assert top.ranking["doc_static"] == pytest.approx(BUILT_IN_PROFILE.rank_static_summary)
     assert "doc_static" not in other.ranking  # similarity 0: nothing to record
     assert "l1_document:title 0.000 summary 0.000 text 0.000 static 1.000" in [str(r) for r in top.hit_reasons]
 
@@ -105,7 +105,7 @@ def test_the_weighted_title_breaks_a_tie_on_the_word_the_documents_do_not_all_sh
     assert top is not None and other is not None
     # "Acme" is in both titles and weighs less than "alpha": a's title is nearer E1 than b's.
     assert top.ranking["doc_static_title"] > other.ranking["doc_static_title"] > 0
-    assert top.ranking["doc_static_title"] <= ScoringSettings().rank_static_title
+    assert top.ranking["doc_static_title"] <= BUILT_IN_PROFILE.rank_static_title
     assert any("weighted title" in str(r) for r in top.hit_reasons)
 
 
@@ -116,7 +116,7 @@ def test_boosts_count_with_their_ranking_weights():
     nodes = RuleReranker(lexical_weight=0.2).postprocess_nodes(nodes, query_bundle=q)
     same = (E2, E2, E2)
     ranker = DocumentRanker(
-        weights={**ScoringSettings().ranking_weights(), "lexical": 3.0}, vectors=vectors(k_a=same, k_b=same)
+        weights={**BUILT_IN_PROFILE.ranking_weights(), "lexical": 3.0}, vectors=vectors(k_a=same, k_b=same)
     )
     ranked = ranker.postprocess_nodes(nodes, query_bundle=q)
     top = stage_of(ranked[0])
