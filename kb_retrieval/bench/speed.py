@@ -162,7 +162,7 @@ def whole_process(command: Sequence[str]) -> tuple[float, float]:
     return float(wall_s), int(peak_kib) / 1024  # ru_maxrss is in KiB on Linux
 
 
-def start_up(settings: KBSettings, embed_model: Any, query: str, *, runs: int = 3) -> dict[str, Any]:
+def start_up(settings: KBSettings, embed_model: Any, query: str, *, runs: int = 5) -> dict[str, Any]:
     """How long a ``KnowledgeLookup`` takes to build (the model already loaded: what a process pays after its
     imports), and a CLI lookup as a whole process from nothing: wall time and peak memory (median of ``runs``)."""
     import sys

@@ -187,14 +187,19 @@ def ensure_collection(client: MilvusClient, settings: KBSettings, *, create: boo
 
 
 def create_collection(client: MilvusClient, name: str, schema: Any, index_params: Any, settings: KBSettings) -> None:
-    """Create a collection at the configured consistency level; another process creating it meanwhile is fine."""
+    """Create a collection at the configured consistency level, with its indexes; another process creating it
+    meanwhile is fine. The caller loads it.
+
+    The indexes are created without pymilvus' wait for them to be built: it polls every 0.5 s, so each index of a
+    new, empty collection cost 0.5 s (2.5 s of a fresh ingest's 8.9 s). Nothing is in the collection to build, and
+    loading it waits on the server for what it needs."""
     try:
-        client.create_collection(
-            name, schema=schema, index_params=index_params, consistency_level=settings.consistency_level
-        )
+        client.create_collection(name, schema=schema, consistency_level=settings.consistency_level)
     except MilvusException:
         if not client.has_collection(name):
             raise
+        return  # the other process creates the indexes
+    client.create_index(name, index_params, sync=False)
 
 
 #: Milvus wants a vector field in every collection: the small collections kept beside the chunks (the L0 index, the
