@@ -2,7 +2,7 @@
 
 The core never imports the sidecar package: it knows only these protocols. A comparison runner is either handed
 to :class:`~kb_retrieval.engine.KnowledgeLookup` (``beside=...``) or, when ``sidecar_enabled`` is set, created
-from the dotted factory named by ``KBSettings.sidecar_factory`` (``"sidecar.runner:SidecarRunner"`` by default),
+from the dotted factory named by ``KBSettings.sidecar.factory`` (``"sidecar.runner:SidecarRunner"`` by default),
 which is called as ``factory(settings, embed_model)``. Its run never changes the main result; the trace row
 records :meth:`BesideRun.trace_entry`.
 

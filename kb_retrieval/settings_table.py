@@ -1,16 +1,16 @@
 """The configuration reference as Markdown tables, generated from the settings models (variable, default, meaning).
 
 :class:`~kb_retrieval.config.KBSettings` documents every setting once, in its field's description; the tables in
-docs/reference.md and docs/configuration.md are made from those, so they cannot drift apart (a test regenerates both
-and compares).
+docs/reference.md (the groups, the ungrouped settings) and docs/configuration.md (one table per group, the scoring
+group) are made from those, so they cannot drift apart (a test regenerates them and compares).
 
 Regenerate the marked sections in place::
 
     python -m kb_retrieval.settings_table docs/reference.md docs/configuration.md
 
 Example:
-    >>> settings_rows()[0][:2]
-    ('`KB_STATE_DIR`', '`.kb-state`')
+    >>> group_rows("storage")[0][:3]
+    ('`KB_STORAGE__STATE_DIR`', '`state_dir`', '`.kb-state`')
 """
 
 from __future__ import annotations
@@ -27,13 +27,17 @@ from pydantic.fields import FieldInfo
 
 from kb_retrieval.config import KBSettings, ScoringSettings
 from kb_retrieval.reporting import markdown_table, replace_marked_section
+from kb_retrieval.settings import GROUPS, short_name
 
 #: The markers around each generated table, and the file each belongs in.
 SECTIONS = {
     "settings": ("<!-- settings:start -->", "<!-- settings:end -->"),
+    "groups": ("<!-- groups:start -->", "<!-- groups:end -->"),
     "scoring": ("<!-- scoring:start -->", "<!-- scoring:end -->"),
 }
 HEADER = ["variable", "default", "meaning"]
+#: A group's table: its full variable, the flat short form (a keyword, ``KB_`` + it upper-case in the environment).
+GROUP_HEADER = ["variable", "short form", "default", "meaning"]
 
 
 def settings_rows(model: type[BaseModel] = KBSettings, prefix: str = "KB_") -> list[tuple[str, str, str]]:
@@ -47,7 +51,8 @@ def settings_rows(model: type[BaseModel] = KBSettings, prefix: str = "KB_") -> l
     for name, info in model.model_fields.items():
         variable = f"{prefix}{name.upper()}"
         if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
-            meaning = f"The {name} group: one variable per field, see docs/configuration.md."
+            summary = _summary(info.annotation)
+            meaning = f"The {name} group: {_cell(summary[:1].lower() + summary[1:])} See docs/configuration.md."
             rows.append((f"`{variable}__*`", "-", meaning))
             continue
         if not info.description:
@@ -56,10 +61,32 @@ def settings_rows(model: type[BaseModel] = KBSettings, prefix: str = "KB_") -> l
     return rows
 
 
+def group_rows(group: str) -> list[tuple[str, str, str, str]]:
+    """One ``(variable, short form, default, meaning)`` row per setting of ``group``, in declaration order."""
+    rows = settings_rows(GROUPS[group], f"KB_{group.upper()}__")
+    return [
+        (variable, f"`{short_name(group, name)}`", default, meaning)
+        for (variable, default, meaning), name in zip(rows, GROUPS[group].model_fields, strict=True)
+    ]
+
+
 def render(section: str) -> str:
-    """The Markdown table of one section: ``settings`` (``KB_*``) or ``scoring`` (``KB_SCORING__*``)."""
+    """The Markdown of one section: ``settings`` (``KB_*``: the groups and the ungrouped settings), ``groups`` (one
+    table per group, ``KB_<GROUP>__*``) or ``scoring`` (``KB_SCORING__*``)."""
+    if section == "groups":
+        parts = []
+        for group, model in GROUPS.items():
+            table = markdown_table(GROUP_HEADER, [list(row) for row in group_rows(group)])
+            parts += [f"### {group} (`KB_{group.upper()}__*`)", "", _summary(model), "", *table, ""]
+        return "\n".join(parts).strip()
     rows = settings_rows() if section == "settings" else settings_rows(ScoringSettings, "KB_SCORING__")
     return "\n".join(markdown_table(HEADER, [list(row) for row in rows]))
+
+
+def _summary(model: type[BaseModel]) -> str:
+    """A group's docstring, its environment names left out (the table shows them)."""
+    first = (model.__doc__ or "").split("\n\n", 1)[0]
+    return " ".join(first.split(" (``KB_", 1)[0].split()).rstrip(".") + "."
 
 
 def update(path: Path) -> bool:
