@@ -9,7 +9,7 @@ values in the environment), are refused, naming both.
 
 Example:
     >>> grouped({"top_k": 50, "retrieval": {"lexical_top_k": 10}, "lexical_weight": 0.3})
-    {'lexical_weight': 0.3, 'retrieval': {'lexical_top_k': 10, 'top_k': 50}}
+    {'retrieval': {'lexical_top_k': 10, 'top_k': 50}, 'lexical_weight': 0.3}
     >>> FLAT["trace_db_url"]
     ('trace', 'db_url')
 """
