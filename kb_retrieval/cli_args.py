@@ -151,7 +151,7 @@ def describe_environment_error(error: Exception) -> str:
         name = "a KB_* variable"
     else:  # a field the pipeline's settings do not have is the server's (KB_SERVER_*)
         name = ("KB_" if found.group(1) in KBSettings.setting_names() else "KB_SERVER_") + found.group(1).upper()
-        name = f"a KB_{found.group(1).upper()}__* variable" if found.group(1) in GROUPS else name
+        name = f"KB_{found.group(1).upper()}__*" if found.group(1) in GROUPS else name
     cause = error.__cause__
     why = f": {cause.msg} at column {cause.colno}" if isinstance(cause, json.JSONDecodeError) else ""
     return mask_message(f"invalid setting {name}: cannot parse its value (JSON expected for a list or a mapping){why}")

@@ -339,7 +339,8 @@ class KBSettings(BaseSettings):
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         """A copy; with ``update``, :meth:`updated`'s validated one (flat names join their groups, none is junk)."""
-        return cast(Self, self.updated(**update)) if update else super().model_copy(deep=deep)
+        # Always deep: the groups are models, which a shallow copy would share with this one.
+        return cast(Self, self.updated(**update)) if update else super().model_copy(deep=True)
 
     def resolved_milvus_uri(self) -> str:
         """The Milvus URI, defaulting to a Milvus Lite file in the state directory."""

@@ -67,6 +67,11 @@ def test_a_flat_variable_that_does_not_parse_is_named(monkeypatch: pytest.Monkey
     with pytest.raises(SettingsError) as raised:
         KBSettings()
     assert describe_environment_error(raised.value).startswith("invalid setting KB_INDEX_PARAMS: cannot parse")
+    monkeypatch.delenv("KB_INDEX_PARAMS")
+    monkeypatch.setenv("KB_STORAGE__INDEX_PARAMS", "{not json")
+    with pytest.raises(SettingsError) as raised:
+        KBSettings()
+    assert describe_environment_error(raised.value).startswith("invalid setting KB_STORAGE__*: cannot parse")
 
 
 @pytest.mark.unit
@@ -134,6 +139,9 @@ def test_updated_takes_flat_or_grouped_names_validates_and_refuses_unknown_ones(
     assert changed.storage.state_dir == base.storage.state_dir and changed.retrieval.lexical_top_k == 20
     assert base.retrieval.top_k == 20  # a copy
     assert base.model_copy(update={"top_k": 50}).retrieval.top_k == 50  # model_copy goes through updated
+    copied = base.model_copy()
+    copied.retrieval.top_k = 7
+    assert base.retrieval.top_k == 20  # a copy shares no group with its original
     with pytest.raises(ValidationError):
         base.updated(top_k=0)
     for junk in ({"top_kk": 1}, {"retrieval": {"top_kk": 1}}):
