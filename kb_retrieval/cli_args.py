@@ -8,7 +8,7 @@ Example:
     >>> parser = argparse.ArgumentParser()
     >>> add_lookup_arguments(parser)
     >>> settings = settings_from_args(parser.parse_args(["--state-dir", "/tmp/kb", "--mode", "sdk"]))
-    >>> (str(settings.state_dir), settings.vector_store_mode)
+    >>> (str(settings.storage.state_dir), settings.retrieval.vector_store_mode)
     ('/tmp/kb', 'sdk')
 """
 
@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import SecretStr, ValidationError
 
 from kb_retrieval.config import KBSettings, mask_secrets
+from kb_retrieval.settings import GROUPS, short_name
 
 #: Command-line options that set a settings field: option dest -> (flag, field).
 SETTINGS_FLAGS: dict[str, tuple[str, str]] = {
@@ -116,14 +117,25 @@ def describe_settings_error(error: ValidationError, flags: dict[str, str] | None
     for item in error.errors(include_url=False):
         loc = tuple(str(part) for part in item["loc"])
         message = str(item["msg"]).removeprefix("Value error, ")
-        if not loc:
+        if not loc or loc in {(group,) for group in GROUPS}:  # a check across settings (chunk_overlap < chunk_tokens)
             problems.append(f"invalid settings: {message}")
             continue
-        name = flags.get(loc[0]) or "KB_" + "__".join(loc).upper()
-        secret = _is_secret(loc[0]) or "token" in loc[-1].lower() or "password" in loc[-1].lower()
+        flat = short_name(*loc[:2]) if loc[0] in GROUPS else loc[0]
+        name = flags.get(flat) or _variable(loc)
+        secret = _is_secret(flat) or "token" in loc[-1].lower() or "password" in loc[-1].lower()
         shown = "" if secret or isinstance(item.get("input"), dict) else f"={item.get('input')!r}"
         problems.append(f"invalid setting {name}{shown}: {message}")
     return mask_message("; ".join(problems))
+
+
+def _variable(loc: tuple[str, ...]) -> str:
+    """The environment variable of the setting at ``loc``: its grouped name when that is the one set, else its flat
+    short form (``KB_TOP_K``, as documented)."""
+    if loc[0] not in GROUPS:
+        return "KB_" + "__".join(loc).upper()
+    full = "KB_" + "__".join(loc[:2]).upper()
+    name = full if full in os.environ else "KB_" + short_name(*loc[:2]).upper()
+    return "__".join([name, *loc[2:]]).upper()
 
 
 def describe_environment_error(error: Exception) -> str:
@@ -138,7 +150,8 @@ def describe_environment_error(error: Exception) -> str:
     if found is None:
         name = "a KB_* variable"
     else:  # a field the pipeline's settings do not have is the server's (KB_SERVER_*)
-        name = ("KB_" if found.group(1) in KBSettings.model_fields else "KB_SERVER_") + found.group(1).upper()
+        name = ("KB_" if found.group(1) in KBSettings.setting_names() else "KB_SERVER_") + found.group(1).upper()
+        name = f"KB_{found.group(1).upper()}__*" if found.group(1) in GROUPS else name
     cause = error.__cause__
     why = f": {cause.msg} at column {cause.colno}" if isinstance(cause, json.JSONDecodeError) else ""
     return mask_message(f"invalid setting {name}: cannot parse its value (JSON expected for a list or a mapping){why}")
@@ -147,7 +160,7 @@ def describe_environment_error(error: Exception) -> str:
 def _is_secret(field: str) -> bool:
     if field in _URL_FIELDS:  # a password in a URL that does not parse cannot be found to be masked: never shown
         return True
-    info = KBSettings.model_fields.get(field)
+    info = KBSettings.setting_field(field)
     return info is not None and info.annotation in (SecretStr, "SecretStr")
 
 

@@ -167,7 +167,7 @@ class KnowledgeLookup:
         loader = StateLoader(
             self.client, self.settings, plan, plan_reason, self.lexical_mode, encoder=self.query_embed_model
         )
-        self._holder = StateHolder(loader, self.settings.freshness_check_s)
+        self._holder = StateHolder(loader, self.settings.retrieval.freshness_check_s)
         self._callback_manager: CallbackManager | None = None
         self._pipeline_lock = threading.Lock()
         self._pipeline = self._build_pipeline(self._holder.current)
@@ -176,8 +176,8 @@ class KnowledgeLookup:
         self.sidecar = sidecar
         if path is None:  # a search path of the caller's own (a fake, a proxy) is not the knowledge base to learn
             self._teach_ranking()
-        if self.sidecar is None and self.settings.sidecar_enabled:
-            self.sidecar = load_runner(self.settings.sidecar_factory, self.settings, self.embed_model)
+        if self.sidecar is None and self.settings.sidecar.enabled:
+            self.sidecar = load_runner(self.settings.sidecar.factory, self.settings, self.embed_model)
 
     @classmethod
     def from_documents(
@@ -258,8 +258,7 @@ class KnowledgeLookup:
             >>> wide = lookup.with_settings(top_k=50, max_evidence_blocks=10)  # doctest: +SKIP
         """
         check_overrides(overrides, self.settings)  # what needs another client, collection or model is refused
-        settings = self.settings.model_copy(update=overrides)
-        KBSettings.model_validate(settings.model_dump())  # overrides are validated like any setting
+        settings = self.settings.updated(**overrides)  # flat or grouped names, validated like any setting
         return self._variant(settings, self._callback_manager)
 
     def _variant(self, settings: KBSettings, callback_manager: CallbackManager | None) -> KnowledgeLookup:
@@ -277,10 +276,19 @@ class KnowledgeLookup:
         """``filters`` as the Milvus expression every request of a lookup carries (:mod:`.retrieval.scope`); raises
         ``ScopeFilterError`` for an operator it cannot translate or a key the collection does not have."""
         s = self.settings
-        scalar = {name: f for name, f in (("category", s.category_field), ("source", s.source_field)) if f}
-        scalar |= {f: f for f in (s.id_field, s.category_field, s.source_field) if f}
+        scalar = {
+            name: f
+            for name, f in (("category", s.schema_fields.category_field), ("source", s.schema_fields.source_field))
+            if f
+        }
+        scalar |= {
+            f: f for f in (s.schema_fields.id_field, s.schema_fields.category_field, s.schema_fields.source_field) if f
+        }
         return scope_expr(
-            filters, scalar=scalar, json_field=s.metadata_field, json_keys=set(self.ingest_record.metadata_keys)
+            filters,
+            scalar=scalar,
+            json_field=s.schema_fields.metadata_field,
+            json_keys=set(self.ingest_record.metadata_keys),
         )
 
     @span(dispatcher)
@@ -304,7 +312,7 @@ class KnowledgeLookup:
         """The pipeline, under the span of the face that called it (``lookup`` or ``lookup_detailed``: one each)."""
         scope = self.scope_expr(filters)
         started = time.perf_counter()
-        deadline = deadline or Deadline.after(self.settings.lookup_timeout_s)
+        deadline = deadline or Deadline.after(self.settings.retrieval.lookup_timeout_s)
         clock = StageClock()  # every part of the lookup is under one of its stages: they add up to elapsed_ms
         with clock("refresh"):
             self.refresh(deadline=deadline)
@@ -315,7 +323,10 @@ class KnowledgeLookup:
         state = pipeline.state
         with clock("query_transform"):
             transform = transform_query(
-                query, state.l0, self.settings.max_query_chars, read_short_names=self.settings.read_short_names
+                query,
+                state.l0,
+                self.settings.retrieval.max_query_chars,
+                read_short_names=self.settings.retrieval.read_short_names,
             )
             if state.l0_off_reason:
                 transform.notes.append(f"L0 off: {state.l0_off_reason}")
@@ -327,7 +338,7 @@ class KnowledgeLookup:
                 transform.category_filter = None
                 transform.filter_reason += " (not applied: the collection has no category field)"
         l1 = L1Outcome()
-        if self.settings.l1_enabled:
+        if self.settings.retrieval.l1_enabled:
             with clock("embed"):
                 embedding = embed_query(self.query_embed_model, self._encoder_text(transform))
             bundle = LookupQuery(
@@ -342,7 +353,7 @@ class KnowledgeLookup:
         with clock("pack"):
             pack = pack_context(
                 selected.blocks if selected else [],
-                self.settings.context_budget_tokens,
+                self.settings.evidence.context_budget_tokens,
                 self.settings.scoring.min_content_tokens,
             )
         with clock("assemble"):
@@ -351,7 +362,7 @@ class KnowledgeLookup:
                 l1,
                 pack,
                 scoring=self.settings.scoring,
-                l1_enabled=self.settings.l1_enabled,
+                l1_enabled=self.settings.retrieval.l1_enabled,
                 stage_ms=clock.stage_ms,
             )
         with clock("sidecar"):
@@ -368,7 +379,7 @@ class KnowledgeLookup:
     def _encoder_text(self, transform: QueryTransform) -> str:
         """What the query encoder reads: the query without its alert-template placeholders
         (``drop_template_placeholders``; noted in the transform; see :mod:`kb_retrieval.retrieval.templates`)."""
-        if not self.settings.drop_template_placeholders:
+        if not self.settings.retrieval.drop_template_placeholders:
             return transform.normalized_query
         text, count = without_placeholders(transform.normalized_query)
         if count:

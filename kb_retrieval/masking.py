@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
-__all__ = ["MASK", "SECRET_PARAMETERS", "mask_secrets", "mask_url", "url_secrets"]
+__all__ = ["MASK", "SECRET_PARAMETERS", "checked_url", "mask_secrets", "mask_url", "url_secrets"]
 
 #: A URL in free text (up to whitespace or a quote); its parts are found by parsing, not by one pattern.
 _URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>]+")
@@ -105,3 +105,25 @@ def mask_secrets(text: str, secrets: list[str] | tuple[str, ...] = ()) -> str:
     for secret in sorted({s for s in secrets if len(s) >= 3}, key=len, reverse=True):
         text = text.replace(secret, MASK)
     return _URL_IN_TEXT.sub(lambda m: mask_url(m.group(0)), text)
+
+
+def checked_url(value: str | None, *, host_required: bool) -> str | None:
+    """``value`` when it is no URL or a URL whose host and port parse; raises ``ValueError`` otherwise.
+
+    Checked here, once: a URL that does not parse fails later deep in a client library, with a traceback that can
+    quote a piece of the password (urllib reads 'user:pa#ss@host' as host 'user', port 'pa').
+    """
+    if value and "://" in value:
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 (parsing the port is the check)
+        except ValueError:  # its message can quote a piece of the password: not repeated
+            raise ValueError(
+                "not a valid URL (its host or port does not parse); a character of the password such as "
+                "# / ? @ [ must be percent-encoded (%23 %2F %3F %40 %5B)"
+            ) from None
+        if not parts.hostname and host_required:  # a database URL may name a socket instead
+            raise ValueError(
+                "not a valid URL: no host (a # / ? in the password ends it early: percent-encode them as %23 %2F %3F)"
+            )
+    return value

@@ -25,6 +25,7 @@ from typing import Any
 
 from kb_retrieval.config import KBSettings
 from kb_retrieval.scoring_profile import ScoringProfile
+from kb_retrieval.settings import flattened
 
 _CONNECTION = (
     "the pipeline holds one Milvus client on one collection, opened when it was built; build another "
@@ -112,9 +113,15 @@ class UnsupportedOverrideError(ValueError):
 def check_overrides(overrides: Mapping[str, Any], current: KBSettings) -> None:
     """Raise :class:`UnsupportedOverrideError` for the first override that cannot be honoured: a name with no
     counterpart (with what to use instead), a setting fixed at build time set to another value (with why), or an
-    unknown name (with the valid ones)."""
+    unknown name (with the valid ones). Settings are named flat (``top_k``) or grouped (``retrieval={"top_k": 50}``).
+    """
+    try:
+        overrides = flattened(overrides)
+    except ValueError as error:
+        raise UnsupportedOverrideError(str(error)) from None
+    names = KBSettings.setting_names()
     for name, value in sorted(overrides.items()):
-        if name in FIXED and name in KBSettings.model_fields and getattr(current, name) == value:
+        if name in FIXED and name in names and current.setting(name) == value:
             continue
         if name in FIXED:
             raise UnsupportedOverrideError(f"{name} cannot be overridden: {FIXED[name]}")
@@ -125,10 +132,8 @@ def check_overrides(overrides: Mapping[str, Any], current: KBSettings) -> None:
                 f"{name} is a weight of the scoring profile, not a setting: pass "
                 f"scoring=settings.scoring.variant('<name>', {name}=...) for a profile of your own"
             )
-    if unknown := sorted(set(overrides) - set(KBSettings.model_fields)):
-        raise UnsupportedOverrideError(
-            f"unknown setting(s) {', '.join(unknown)}; valid: {', '.join(sorted(KBSettings.model_fields))}"
-        )
+    if unknown := sorted(set(overrides) - set(names)):
+        raise UnsupportedOverrideError(f"unknown setting(s) {', '.join(unknown)}; valid: {', '.join(sorted(names))}")
 
 
 def request_refusal(name: str) -> str:
@@ -146,6 +151,6 @@ def request_refusal(name: str) -> str:
         return f"cannot be changed per request: {FIXED[name]}"
     if name in INSTEAD:
         return f"not supported: {INSTEAD[name]}"
-    if name in KBSettings.model_fields:
+    if name in KBSettings.setting_names():
         return f"a setting of the server, not of one request: set KB_{name.upper()} when serve starts"
     return "no such setting"

@@ -97,7 +97,7 @@ class Pipeline:
             settings,
             exact=state.exact,
             named_terms=state.named_terms,
-            lexical_mode=resources.lexical_mode if settings.lexical_enabled else "off",
+            lexical_mode=resources.lexical_mode if settings.retrieval.lexical_enabled else "off",
         )
         inputs = StageInputs(
             settings=settings,
@@ -112,7 +112,7 @@ class Pipeline:
         postprocessors = (
             RuleReranker.from_lookup(inputs, **fields),
             SourceDeduplicator.from_lookup(inputs, **fields),
-            *([DocumentRanker.from_lookup(inputs, **fields)] if settings.document_ranking else []),
+            *([DocumentRanker.from_lookup(inputs, **fields)] if settings.retrieval.document_ranking else []),
             DocumentExpander.from_lookup(inputs, **fields),
         )
         attempts = AttemptRunner(hybrid, postprocessors, settings, calibrate(state.background, settings))

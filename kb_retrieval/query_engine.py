@@ -41,7 +41,7 @@ def split_engine_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[st
     argument neither takes raises ``TypeError`` naming it."""
     synth_names = set(inspect.signature(RetrieverQueryEngine.from_args).parameters) - {"retriever", "llm", "kwargs"}
     # VectorIndexRetriever's knobs go to the retriever too, which says what to use instead (kb_retrieval.overrides).
-    retriever_names = RETRIEVER_KWARGS | set(KBSettings.model_fields) | set(INSTEAD)
+    retriever_names = RETRIEVER_KWARGS | set(KBSettings.model_fields) | set(KBSettings.setting_names()) | set(INSTEAD)
     retriever = {k: v for k, v in kwargs.items() if k in retriever_names}
     synth = {k: v for k, v in kwargs.items() if k in synth_names and k not in retriever}
     if unknown := sorted(set(kwargs) - set(retriever) - set(synth)):
@@ -71,5 +71,7 @@ class KnowledgeQueryEngine(CustomQueryEngine):
         return Response(response=agent_text(result), source_nodes=evidence_nodes(result, sidecar), metadata=metadata)
 
     async def acustom_query(self, query_str: str) -> Response:
-        response: Response = await run_in_pool(self.lookup.settings.retriever_workers, self.custom_query, query_str)
+        response: Response = await run_in_pool(
+            self.lookup.settings.retrieval.retriever_workers, self.custom_query, query_str
+        )
         return response

@@ -12,7 +12,7 @@ scope applied to every Milvus request of the lookup (:mod:`kb_retrieval.retrieva
 node's metadata carries the comparison under ``sidecar``.
 
 ``aretrieve`` never runs the pipeline on the event loop: it runs in a bounded thread pool
-(``KBSettings.retriever_workers``), with the caller's context (so instrumentation spans keep their parent).
+(``KBSettings.retrieval.retriever_workers``), with the caller's context (so instrumentation spans keep their parent).
 
 Example:
     >>> retriever = lookup.as_retriever(similarity_top_k=2)  # doctest: +SKIP
@@ -92,6 +92,6 @@ class KnowledgeRetriever(BaseRetriever):
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         nodes: list[NodeWithScore] = await run_in_pool(
-            self.lookup.settings.retriever_workers, self._retrieve, query_bundle
+            self.lookup.settings.retrieval.retriever_workers, self._retrieve, query_bundle
         )
         return nodes

@@ -1,16 +1,16 @@
 """The configuration reference as Markdown tables, generated from the settings models (variable, default, meaning).
 
 :class:`~kb_retrieval.config.KBSettings` documents every setting once, in its field's description; the tables in
-docs/reference.md and docs/configuration.md are made from those, so they cannot drift apart (a test regenerates both
-and compares).
+docs/reference.md (the groups, the ungrouped settings) and docs/configuration.md (one table per group, the scoring
+group) are made from those, so they cannot drift apart (a test regenerates them and compares).
 
 Regenerate the marked sections in place::
 
     python -m kb_retrieval.settings_table docs/reference.md docs/configuration.md
 
 Example:
-    >>> settings_rows()[0][:2]
-    ('`KB_STATE_DIR`', '`.kb-state`')
+    >>> group_rows("storage")[0][:3]
+    ('`KB_STORAGE__STATE_DIR`', '`state_dir`', '`.kb-state`')
 """
 
 from __future__ import annotations
@@ -28,15 +28,19 @@ from pydantic.fields import FieldInfo
 from kb_retrieval.config import KBSettings
 from kb_retrieval.reporting import markdown_table, replace_marked_section
 from kb_retrieval.scoring_profile import ScoringProfile
+from kb_retrieval.settings import GROUPS, short_name
 
 #: The markers around each generated table, and the file each belongs in.
 SECTIONS = {
     "settings": ("<!-- settings:start -->", "<!-- settings:end -->"),
+    "groups": ("<!-- groups:start -->", "<!-- groups:end -->"),
     "scoring": ("<!-- scoring:start -->", "<!-- scoring:end -->"),
 }
 HEADER = ["variable", "default", "meaning"]
 #: The scoring profile's table: its weights are no environment variables (kb_retrieval.scoring_profile).
 PROFILE_HEADER = ["weight", "built-in value", "meaning"]
+#: A group's table: its full variable, the flat short form (a keyword, ``KB_`` + it upper-case in the environment).
+GROUP_HEADER = ["variable", "short form", "default", "meaning"]
 
 
 def settings_rows(model: type[BaseModel] = KBSettings, prefix: str = "KB_") -> list[tuple[str, str, str]]:
@@ -52,7 +56,8 @@ def settings_rows(model: type[BaseModel] = KBSettings, prefix: str = "KB_") -> l
         if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get("environment") is False:
             continue
         if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
-            meaning = f"The {name} group: one variable per field, see docs/configuration.md."
+            summary = _summary(info.annotation)
+            meaning = f"The {name} group: {_cell(summary[:1].lower() + summary[1:])} See docs/configuration.md."
             rows.append((f"`{variable}__*`", "-", meaning))
             continue
         if not info.description:
@@ -61,8 +66,24 @@ def settings_rows(model: type[BaseModel] = KBSettings, prefix: str = "KB_") -> l
     return rows
 
 
+def group_rows(group: str) -> list[tuple[str, str, str, str]]:
+    """One ``(variable, short form, default, meaning)`` row per setting of ``group``, in declaration order."""
+    rows = settings_rows(GROUPS[group], f"KB_{group.upper()}__")
+    return [
+        (variable, f"`{short_name(group, name)}`", default, meaning)
+        for (variable, default, meaning), name in zip(rows, GROUPS[group].model_fields, strict=True)
+    ]
+
+
 def render(section: str) -> str:
-    """The Markdown table of one section: ``settings`` (``KB_*``) or ``scoring`` (the built-in scoring profile)."""
+    """The Markdown of one section: ``settings`` (``KB_*``: the groups and the ungrouped settings), ``groups`` (one
+    table per group, ``KB_<GROUP>__*``) or ``scoring`` (the built-in scoring profile)."""
+    if section == "groups":
+        parts = []
+        for group, model in GROUPS.items():
+            table = markdown_table(GROUP_HEADER, [list(row) for row in group_rows(group)])
+            parts += [f"### {group} (`KB_{group.upper()}__*`)", "", _summary(model), "", *table, ""]
+        return "\n".join(parts).strip()
     if section == "settings":
         return "\n".join(markdown_table(HEADER, [list(row) for row in settings_rows()]))
     return "\n".join(markdown_table(PROFILE_HEADER, [list(row) for row in profile_rows()]))
@@ -83,6 +104,12 @@ def profile_rows() -> list[tuple[str, str, str]]:
             )
         rows.append((f"`{name}`", _default(info), _cell(info.description)))
     return rows
+
+
+def _summary(model: type[BaseModel]) -> str:
+    """A group's docstring, its environment names left out (the table shows them)."""
+    first = (model.__doc__ or "").split("\n\n", 1)[0]
+    return " ".join(first.split(" (``KB_", 1)[0].split()).rstrip(".") + "."
 
 
 def update(path: Path) -> bool:

@@ -2,8 +2,8 @@
 implements it).
 
 The core never imports the sidecar package: it knows only these protocols. A comparison runner is either handed
-to :class:`~kb_retrieval.engine.KnowledgeLookup` (``sidecar=...``) or, when ``sidecar_enabled`` is set, created
-from the dotted factory named by ``KBSettings.sidecar_factory`` (``"sidecar.runner:SidecarRunner"`` by default),
+to :class:`~kb_retrieval.engine.KnowledgeLookup` (``sidecar=...``) or, when ``sidecar.enabled`` is set, created
+from the dotted factory named by ``KBSettings.sidecar.factory`` (``"sidecar.runner:SidecarRunner"`` by default),
 which is called as ``factory(settings, embed_model)``. Its run never changes the main result; the trace row
 records :meth:`SidecarRunProtocol.trace_entry`.
 

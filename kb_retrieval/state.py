@@ -172,9 +172,9 @@ def _read(
             else (None, None)
         )
     read_s = round(time.perf_counter() - started, 3)
-    doc_vectors = DocumentVectors.load_from_milvus(client, settings) if settings.document_ranking else None
+    doc_vectors = DocumentVectors.load_from_milvus(client, settings) if settings.retrieval.document_ranking else None
     # The ranking mixture this index version taught itself at ingest (kb_retrieval.indexing.rank_teach), if any.
-    rank_fit = load_fit(settings.state_dir, index.index_version) if settings.scoring.fit_ranking else None
+    rank_fit = load_fit(settings.storage.state_dir, index.index_version) if settings.scoring.fit_ranking else None
     # What makes a word a rare term: the documents' own titles and headings, as recorded at ingest.
     names = named_terms({s: [e.title, *e.headings] for s, e in index.documents.items()}) if exact else {}
     if parts is None and key and plan == asked:
@@ -205,7 +205,7 @@ def _load_memory(
         return None, plan, plan_reason
     try:
         mirror = MemoryMirror.load(
-            client, settings, lexical=lexical_mode == "milvus_bm25", max_mb=settings.memory_plan_max_mb
+            client, settings, lexical=lexical_mode == "milvus_bm25", max_mb=settings.retrieval.memory_plan_max_mb
         )
     except MirrorTooLargeError as exc:
         log.warning("%s: searching in Milvus", exc)
@@ -222,15 +222,24 @@ def build_lexical(
     """BM25 (in process only: text with its header) and the exact-identifier index over the chunks the collection
     holds now, from one scan (or from ``read``: rows already read, with the same fields)."""
     s = settings
-    fields = [s.id_field, s.content_field, s.category_field, s.metadata_field, s.source_field, s.title_field]
+    fields = [
+        s.schema_fields.id_field,
+        s.schema_fields.content_field,
+        s.schema_fields.category_field,
+        s.schema_fields.metadata_field,
+        s.schema_fields.source_field,
+        s.schema_fields.title_field,
+    ]
     fields = list(dict.fromkeys(f for f in fields if f))
     rows = []
     for row in read if read is not None else iter_rows(client, s, fields):
-        meta = (row.get(s.metadata_field) if s.metadata_field else None) or {}
+        meta = (row.get(s.schema_fields.metadata_field) if s.schema_fields.metadata_field else None) or {}
         title = meta.get("title") or title_of(s, row)
-        text = lexical_document(title, meta.get("breadcrumb"), row.get(s.content_field, ""))
-        category = (row.get(s.category_field) if s.category_field else None) or ""
-        rows.append((str(row[s.id_field]), str(row.get(s.source_field) or ""), text, category))
+        text = lexical_document(title, meta.get("breadcrumb"), row.get(s.schema_fields.content_field, ""))
+        category = (row.get(s.schema_fields.category_field) if s.schema_fields.category_field else None) or ""
+        rows.append(
+            (str(row[s.schema_fields.id_field]), str(row.get(s.schema_fields.source_field) or ""), text, category)
+        )
     in_process = lexical_mode == "in_process_bm25"
     lexical = LexicalIndex.build((r[0], r[2], r[3]) for r in rows) if in_process else None
     exact = ExactIdentifierIndex.build((r[0], r[1], r[2]) for r in rows) if s.scoring.exact_signals else None
@@ -241,7 +250,7 @@ def _write_snapshot(client: MilvusClient, settings: KBSettings, key: str, versio
     """Snapshot what was read, unless an ingest published a new version meanwhile (what was read may then hold
     part of it: it is kept in memory until the freshness check reloads, never under the older version's key)."""
     try:
-        unchanged = index_version(client, settings, timeout=settings.milvus_timeout_s) == version
+        unchanged = index_version(client, settings, timeout=settings.storage.milvus_timeout_s) == version
     except Exception as exc:
         log.warning("state snapshot not written (the index version could not be read again): %s", exc)
         return
@@ -272,7 +281,7 @@ class StateHolder:
         (``force``: whatever it is)."""
         loader, state = self._loader, self.current
         try:
-            current = index_version(loader.client, loader.settings, timeout=loader.settings.milvus_timeout_s)
+            current = index_version(loader.client, loader.settings, timeout=loader.settings.storage.milvus_timeout_s)
             # '' is also what an unreadable meta collection gives: not a reason to drop a state we have.
             if not force and (current == state.index_version or (not current and state.index_version)):
                 return False

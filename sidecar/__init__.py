@@ -7,8 +7,8 @@ to feed comparison reports.
 - :mod:`sidecar.comparison`: both paths compared on golden cases; :mod:`sidecar.report` writes the report;
   :mod:`sidecar.compare` is the ``kb-retrieval compare`` command.
 
-Enabling it is one setting, ``KB_SIDECAR_ENABLED=true`` (``KBSettings.sidecar_enabled``): the core then creates
-``sidecar.runner:SidecarRunner`` (``KBSettings.sidecar_factory``) through its protocol,
+Enabling it is one setting, ``KB_SIDECAR_ENABLED=true`` (``KBSettings.sidecar.enabled``): the core then creates
+``sidecar.runner:SidecarRunner`` (``KBSettings.sidecar.factory``) through its protocol,
 :mod:`kb_retrieval.sidecar_protocol`, and never imports this package otherwise. While it is off, nothing here is
 imported by the lookup path and lookups are exactly what they are without it. Its results never change the main
 result: they reach the trace row (``retrieval_details.sidecar``) and ``KnowledgeLookup.lookup_detailed(query).sidecar``.

@@ -421,11 +421,11 @@ def build_report(
         golden=golden,
         k=k,
         settings={
-            "collection": settings.collection,
-            "metric": settings.metric,
-            "vector_store_mode": settings.vector_store_mode,
-            "top_k": settings.top_k,
-            "sidecar_timeout_s": settings.sidecar_timeout_s,
+            "collection": settings.storage.collection,
+            "metric": settings.schema_fields.metric,
+            "vector_store_mode": settings.retrieval.vector_store_mode,
+            "top_k": settings.retrieval.top_k,
+            "sidecar_timeout_s": settings.sidecar.timeout_s,
         },
         paths={
             "current": PathInfo(

@@ -34,4 +34,4 @@ def make_sidecar_retriever(settings: KBSettings, embed_model: BaseEmbedding, top
     ensure_collection(connect(settings), settings, create=False)
     store = make_vector_store(settings)
     index = VectorStoreIndex.from_vector_store(store, embed_model=embed_model)
-    return index.as_retriever(similarity_top_k=top_k or settings.top_k)
+    return index.as_retriever(similarity_top_k=top_k or settings.retrieval.top_k)

@@ -132,7 +132,9 @@ class SidecarRunner:
 
     def start(self, query: str) -> SidecarJob:
         """Start one job on its own thread; returns at once. Collect it with :meth:`SidecarJob.collect`."""
-        job = SidecarJob(query, self.settings.sidecar_timeout_s, ScoreLabel.for_metric(self.settings.metric).value)
+        job = SidecarJob(
+            query, self.settings.sidecar.timeout_s, ScoreLabel.for_metric(self.settings.schema_fields.metric).value
+        )
         with self._count_lock:
             busy = self._in_flight >= self.max_in_flight
             if not busy:

@@ -153,7 +153,7 @@ def test_a_stock_collection_keeps_its_titles_from_node_metadata(tmp_path: Path, 
         for mode, plan in (("sdk", "milvus"), ("vectorstore", "milvus"), ("auto", "memory")):
             update = {"vector_store_mode": mode, "lookup_plan": plan}
             lookup = KnowledgeLookup(settings.model_copy(update=update), embed_model=embed_model)
-            assert lookup.settings.title_field == key, (key, mode)
+            assert lookup.settings.schema_fields.title_field == key, (key, mode)
             result = lookup.lookup(ALERT)
             first = result.evidence_blocks[0]
             assert first.source == "redis/memory-usage-high.md", (key, mode)

@@ -89,7 +89,9 @@ def test_golden_file_works_as_queries(sample_settings, capsys, tmp_path):
     golden = REPO / "golden" / "sample-kb.jsonl"
     subset = tmp_path / "g.jsonl"
     subset.write_text("".join(golden.read_text().splitlines(keepends=True)[:3]))
-    code, out, _ = run(capsys, "lookup", "--queries", str(subset), "--state-dir", str(sample_settings.state_dir))
+    code, out, _ = run(
+        capsys, "lookup", "--queries", str(subset), "--state-dir", str(sample_settings.storage.state_dir)
+    )
     assert code == 0 and len(out.splitlines()) == 3
 
 
@@ -118,7 +120,7 @@ def test_stats_prints_readable_text_and_json_for_scripts(kb, tmp_path, capsys, e
 def test_lowercase_metric_is_accepted_and_a_bad_setting_names_its_variable(kb, tmp_path, capsys, monkeypatch):
     state = str(tmp_path / "state")
     monkeypatch.setenv("KB_METRIC", "cosine")
-    assert KBSettings().metric == "COSINE"
+    assert KBSettings().schema_fields.metric == "COSINE"
     monkeypatch.setenv("KB_METRIC", "cosinus")
     code, out, err = run(capsys, "ingest", str(kb), "--state-dir", state)
     assert code == 2 and out == ""
@@ -281,7 +283,9 @@ def test_password_in_the_milvus_uri_is_masked(kb, tmp_path, capsys, command):
 
 def test_token_is_a_secret_and_never_in_a_settings_error(kb, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("KB_MILVUS_TOKEN", "root:TOKEN-SECRET-1")
-    assert "TOKEN-SECRET-1" not in repr(KBSettings()) and KBSettings().milvus_token.get_secret_value().endswith("-1")
+    assert "TOKEN-SECRET-1" not in repr(KBSettings()) and KBSettings().storage.milvus_token.get_secret_value().endswith(
+        "-1"
+    )
     monkeypatch.setenv("KB_CHUNK_OVERLAP", "500")  # an error of the whole model: pydantic would show every input
     code, out, err = run(capsys, "ingest", str(kb), "--state-dir", str(tmp_path))
     assert code == 2 and "chunk_overlap (500) must be below chunk_tokens (220)" in err
@@ -296,7 +300,7 @@ def test_demo_masks_the_trace_database_password(sample_settings, tmp_path, capsy
     monkeypatch.setenv("KB_TRACE_DB_URL", "postgresql+psycopg://kb:DB-PASSWORD-9@127.0.0.1:1/traces")
     monkeypatch.setenv("KB_TRACE_TIMEOUT_S", "0.5")
     code, out, err = run(
-        capsys, "demo", "disk full on a node", "--state-dir", str(sample_settings.state_dir), "--mode", "sdk"
+        capsys, "demo", "disk full on a node", "--state-dir", str(sample_settings.storage.state_dir), "--mode", "sdk"
     )
     assert code == 0 and "== lookup_knowledge: disk full on a node" in out
     assert "trace store postgresql+psycopg://kb:***@127.0.0.1:1/traces unavailable (OperationalError)" in out
@@ -441,7 +445,7 @@ def test_every_trace_url_form_is_masked_in_output_and_the_trace_store_error_log(
     url, secret, shown = TRACE_URL_FORMS[form]
     monkeypatch.setenv("KB_TRACE_DB_URL", url)
     monkeypatch.setenv("KB_TRACE_TIMEOUT_S", "0.5")
-    state = str(sample_settings.state_dir)
+    state = str(sample_settings.storage.state_dir)
     code, out, err = run(capsys, "demo", "disk full on a node", "--state-dir", state, "--mode", "sdk")
     assert code == 0 and shown in out, out
     logged = [r.getMessage() for r in caplog.records if r.name == "kb_retrieval.traces"]

@@ -108,13 +108,13 @@ def test_console_script_stderr_is_clean_and_the_lookup_view_fits_a_terminal(smal
 
 def test_lookup_view_names_every_document_and_what_was_left_out(sample_settings, capsys):
     """Not a terminal: whole lines (nothing cut); one line per evidence document; the omitted ones named."""
-    code = main(["lookup", QUESTION, "--state-dir", str(sample_settings.state_dir), "--json"])
+    code = main(["lookup", QUESTION, "--state-dir", str(sample_settings.storage.state_dir), "--json"])
     assert code == 0
     result = json.loads(capsys.readouterr().out)
     sources = [block["source"] for block in result["evidenceBlocks"]]
     omitted = result["contextPack"]["summary"]["omittedSources"]
 
-    assert main(["lookup", QUESTION, "--state-dir", str(sample_settings.state_dir)]) == 0
+    assert main(["lookup", QUESTION, "--state-dir", str(sample_settings.storage.state_dir)]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[0].startswith(f"{len(sources)} evidence document(s), relevance {result['relevanceLevel']}")
@@ -127,7 +127,7 @@ def test_lookup_view_names_every_document_and_what_was_left_out(sample_settings,
         assert f"Left out of the agent's context by the token budget: {', '.join(omitted)}" in out
     assert out.count("\n[") == 1 and "--full prints every document's text" in out
 
-    assert main(["lookup", QUESTION, "--state-dir", str(sample_settings.state_dir), "--full"]) == 0
+    assert main(["lookup", QUESTION, "--state-dir", str(sample_settings.storage.state_dir), "--full"]) == 0
     full = capsys.readouterr().out
     for rank, source in enumerate(sources, start=1):
         assert f"\n[{rank}] {source}" in full
@@ -139,7 +139,7 @@ def test_lookup_view_on_a_terminal_cuts_lines_to_its_width(sample_settings, monk
     stream = TerminalStream()
     monkeypatch.setattr(sys, "stdout", stream)
     monkeypatch.setenv("COLUMNS", "72")
-    assert main(["lookup", QUESTION, "--state-dir", str(sample_settings.state_dir)]) == 0
+    assert main(["lookup", QUESTION, "--state-dir", str(sample_settings.storage.state_dir)]) == 0
     lines = stream.getvalue().splitlines()
     table = lines[2 : lines.index("", 3)]
     assert len(table) >= 2 and all(len(line) <= 72 for line in table) and table[1].endswith("...")
@@ -149,7 +149,10 @@ def test_json_output_is_the_result_contract(sample_settings, capsys):
     """``--json`` is the result's JSON as before: the terminal view never leaks into it."""
     from kb_retrieval.engine import KnowledgeLookup
 
-    assert main(["lookup", QUESTION, "--state-dir", str(sample_settings.state_dir), "--json", "--mode", "sdk"]) == 0
+    assert (
+        main(["lookup", QUESTION, "--state-dir", str(sample_settings.storage.state_dir), "--json", "--mode", "sdk"])
+        == 0
+    )
     printed = json.loads(capsys.readouterr().out)
     lookup = KnowledgeLookup(sample_settings)
     try:
@@ -201,17 +204,17 @@ def test_fixtures_record_shows_progress_on_a_terminal(sample_settings, tmp_path,
     stream = TerminalStream()
     monkeypatch.setattr(sys, "stderr", stream)
     argv = ["fixtures", "record", "--golden", str(golden), "--out", str(tmp_path / "fx")]
-    assert main([*argv, "--state-dir", str(sample_settings.state_dir)]) == 0
+    assert main([*argv, "--state-dir", str(sample_settings.storage.state_dir)]) == 0
     assert "recording fixtures:" in stream.getvalue() and "2/2" in stream.getvalue()
 
 
 def test_demo_ends_with_the_next_commands(sample_settings, capsys):
-    code = main(["demo", "disk full on a node", "--state-dir", str(sample_settings.state_dir), "--mode", "sdk"])
+    code = main(["demo", "disk full on a node", "--state-dir", str(sample_settings.storage.state_dir), "--mode", "sdk"])
     out = capsys.readouterr().out
     assert code == 0
     tail = out[out.index("Next, try:") :].splitlines()
     assert len(tail) == 4, tail
-    assert f"lookup --state-dir {sample_settings.state_dir} " in tail[1]
+    assert f"lookup --state-dir {sample_settings.storage.state_dir} " in tail[1]
     assert "ingest path/to/your/kb" in tail[2] and "lookup --state-dir .kb-state/mine" in tail[3]
     assert "l1_document:" not in out  # the demo's blocks say why in words too
     suggested = shlex.split(tail[1].split("  # ")[0])  # the first suggestion, run as printed: it finds evidence

@@ -5,7 +5,7 @@ inside functions and under ``TYPE_CHECKING`` alike (a lazy import is still a dep
 name`` depends on ``package.name`` when that is a module, else on ``package`` itself. Importing a module does not
 count as depending on its parent packages' ``__init__`` (Python runs them, but every module would then depend on
 its package and every package on its modules). The core may name the sidecar in a string
-(``KBSettings.sidecar_factory = "sidecar.runner:SidecarRunner"``, loaded by
+(``KBSettings.sidecar.factory = "sidecar.runner:SidecarRunner"``, loaded by
 ``kb_retrieval.sidecar_protocol.load_runner``): that is not an import.
 
 Known offenders of issue 11 are listed in ``ALLOWED`` below, edge by edge: delete an entry when its import is gone

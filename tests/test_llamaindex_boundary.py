@@ -48,7 +48,7 @@ def test_an_override_that_cannot_be_honoured_is_refused(sample_lookup, override:
 
 def test_an_override_the_pipeline_reads_is_honoured(sample_lookup) -> None:
     assert len(sample_lookup.as_retriever(max_evidence_blocks=1).retrieve(ALERT)) == 1
-    same = sample_lookup.as_retriever(collection=sample_lookup.settings.collection)  # its own value: accepted
+    same = sample_lookup.as_retriever(collection=sample_lookup.settings.storage.collection)  # its own value: accepted
     assert same.retrieve(ALERT)[0].node.node_id == "redis/memory-usage-high.md"
 
 

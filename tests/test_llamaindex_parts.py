@@ -41,7 +41,7 @@ def test_retriever_nodes_are_the_evidence_with_source_ids(sample_lookup):
 def test_retriever_overrides_change_only_that_retriever(sample_lookup):
     one = sample_lookup.as_retriever(max_evidence_blocks=1).retrieve("how do I debug a slow postgres query")
     assert len(one) == 1
-    assert sample_lookup.settings.max_evidence_blocks == 5
+    assert sample_lookup.settings.evidence.max_evidence_blocks == 5
     with pytest.raises(ValueError):
         sample_lookup.as_retriever(max_evidence_blocks=0)
 
@@ -137,7 +137,7 @@ def test_retriever_evaluator_hit_rate_matches_the_offline_evaluation(sample_look
     from kb_retrieval.evaluation.runner import evaluate
 
     report = evaluate(REPO / "golden" / "sample-kb.jsonl", REPO / "golden" / "fixtures" / "sample-kb")
-    k = sample_lookup.settings.max_evidence_blocks
+    k = sample_lookup.settings.evidence.max_evidence_blocks
     assert report.overall.answerable == len(cases)
     assert hits / len(cases) == pytest.approx(report.overall.scores[f"recall@{k}"], abs=1e-4)
 

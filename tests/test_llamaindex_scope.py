@@ -20,7 +20,7 @@ def test_similarity_top_k_is_the_evidence_documents_returned(sample_lookup):
     assert len(sample_lookup.as_retriever().retrieve(ALERT)) > 2
     nodes = sample_lookup.as_retriever(similarity_top_k=2).retrieve(ALERT)
     assert len(nodes) == 2 and nodes[0].node.node_id == "redis/memory-usage-high.md"
-    assert sample_lookup.settings.max_evidence_blocks == 5  # only that retriever
+    assert sample_lookup.settings.evidence.max_evidence_blocks == 5  # only that retriever
 
 
 def test_unknown_overrides_are_refused_with_the_valid_names(sample_lookup):

@@ -17,7 +17,7 @@ def test_a_no_evidence_lookup_names_its_nearest_misses(sample_lookup):
     result = sample_lookup.lookup(NO_ANSWER)
     assert not result.found and result.evidence_status.value == "no_evidence"
     misses = result.near_misses
-    threshold = sample_lookup.settings.evidence_threshold
+    threshold = sample_lookup.settings.evidence.evidence_threshold
     assert 1 <= len(misses) <= 3
     assert len({m.source for m in misses}) == len(misses)  # each document once
     assert [m.evidence_score for m in misses] == sorted((m.evidence_score for m in misses), reverse=True)

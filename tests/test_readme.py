@@ -1,6 +1,8 @@
 """Every ```python block of the README (and of docs/reference.md, where the details moved) runs as written against
 the demo's state, each in a fresh namespace. The README stays short and in order (issue 41).
 
+The README's settings section names every group and the knobs a user sets first.
+
 The blocks name ``.kb-state/demo`` (what ``make demo`` builds) and paths of the repository; they run from a working
 folder where ``.kb-state/demo`` is the sample KB ingested once per session (tests/conftest.py) and the repository's
 folders are at hand. A block that talks to ``kb-retrieval serve`` gets one, started on a copy of that state. The
@@ -58,8 +60,9 @@ def test_the_readme_keeps_its_two_commands_and_the_generated_settings_table():
         "regenerate: python -m kb_retrieval.settings_table docs/reference.md docs/configuration.md"
     )
     docs = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
-    start, end = SECTIONS["scoring"]
-    assert docs.split(start, 1)[1].split(end, 1)[0].strip() == render("scoring")
+    for section in ("groups", "scoring"):
+        start, end = SECTIONS[section]
+        assert docs.split(start, 1)[1].split(end, 1)[0].strip() == render(section), section
 
 
 @pytest.mark.unit
@@ -85,19 +88,37 @@ def test_the_readme_starts_small():
 
 @pytest.mark.unit
 def test_the_settings_table_lists_every_setting():
-    """Every environment setting has its row; the scoring profile has its own table of weights, none of them a
-    variable (the profile is chosen as a whole: KB_SCORING_PROFILE)."""
+    """Every environment setting has its row (a group's by its full variable and its short form); the scoring
+    profile has its own table of weights, none of them a variable (the profile is chosen as a whole:
+    KB_SCORING_PROFILE)."""
     from kb_retrieval.config import KBSettings
     from kb_retrieval.scoring_profile import ScoringProfile
+    from kb_retrieval.settings import FLAT
     from kb_retrieval.settings_table import render
 
-    settings, profile = render("settings"), render("scoring")
+    table, profile = render("settings") + render("groups"), render("scoring")
     for name in set(KBSettings.model_fields) - {"scoring"}:
-        assert f"`KB_{name.upper()}" in settings
-    assert "KB_SCORING_" not in settings.replace("`KB_SCORING_PROFILE`", "")
+        assert f"`KB_{name.upper()}" in table
+    for flat, (group, field) in FLAT.items():
+        assert f"| `KB_{group.upper()}__{field.upper()}` | `{flat}` |" in table
+    assert "KB_SCORING_" not in table.replace("`KB_SCORING_PROFILE`", "")
     for name in ScoringProfile.model_fields:
         assert f"| `{name}` |" in profile
     assert "KB_" not in profile and profile.startswith("| weight | built-in value | meaning |")
+
+
+@pytest.mark.unit
+def test_the_readme_names_the_settings_groups_and_the_first_knobs():
+    from kb_retrieval.config import KBSettings
+    from kb_retrieval.settings import GROUPS
+
+    section = README.read_text(encoding="utf-8").split("## Settings", 1)[1].split("\n## ", 1)[0]
+    for group in GROUPS:
+        assert f"`{group}`" in section, group
+    first = ("state_dir", "milvus_uri", "top_k", "evidence_threshold", "context_budget_tokens", "lookup_plan")
+    for name in (*first, "vector_store_mode", "query_encoder", "trace_db_url", "chunk_tokens"):
+        assert f"`{name}`" in section and KBSettings.setting_field(name) is not None, name
+    assert "docs/configuration.md" in section
 
 
 @pytest.fixture(scope="session")
@@ -128,7 +149,7 @@ def demo_server(sample_settings, tmp_path_factory: pytest.TempPathFactory) -> It
     if "serve" not in commands:
         pytest.fail("a README block needs `kb-retrieval serve`, which this build has no command for")
     state = tmp_path_factory.mktemp("serve") / "demo"
-    shutil.copytree(sample_settings.state_dir, state, ignore=shutil.ignore_patterns("*.lock"))
+    shutil.copytree(sample_settings.storage.state_dir, state, ignore=shutil.ignore_patterns("*.lock"))
     script = Path(sys.executable).parent / "kb-retrieval"
     process = subprocess.Popen(
         [str(script), "serve", "--state-dir", str(state), "--port", SERVER.split(":")[1]],

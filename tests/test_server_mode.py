@@ -85,9 +85,9 @@ def _process_env() -> dict[str, str]:
 
 def test_new_server_collection_gets_hnsw_and_session_consistency(server_settings):
     client = connect(server_settings)
-    index = client.describe_index(server_settings.collection, server_settings.vector_field)
+    index = client.describe_index(server_settings.storage.collection, server_settings.schema_fields.vector_field)
     assert (index["index_type"], index["M"], index["efConstruction"]) == ("HNSW", "16", "200")
-    assert client.describe_collection(server_settings.collection)["consistency_level"] == 1  # Session
+    assert client.describe_collection(server_settings.storage.collection)["consistency_level"] == 1  # Session
     assert not is_lite_engine(client, server_settings)
 
 
@@ -100,7 +100,7 @@ def test_index_type_and_params_are_configurable(milvus_server, tmp_path, embed_m
         index_params={"nlist": 64},
     )
     ingest([SAMPLE_KB / "network"], settings, embed_model=embed_model)
-    index = connect(settings).describe_index(settings.collection, settings.vector_field)
+    index = connect(settings).describe_index(settings.storage.collection, settings.schema_fields.vector_field)
     assert (index["index_type"], index["nlist"]) == ("IVF_FLAT", "64")
     lookup = KnowledgeLookup(settings.model_copy(update={"vector_store_mode": "sdk"}), embed_model=embed_model)
     assert lookup.lookup("conntrack table full, dropping packets").evidence_blocks[0].source == (
@@ -110,7 +110,9 @@ def test_index_type_and_params_are_configurable(milvus_server, tmp_path, embed_m
 
 def test_a_host_that_never_ingested_reads_the_same_l0_index(server_settings, tmp_path):
     host_b = KBSettings(
-        state_dir=tmp_path / "empty-state", milvus_uri=server_settings.milvus_uri, collection=server_settings.collection
+        state_dir=tmp_path / "empty-state",
+        milvus_uri=server_settings.storage.milvus_uri,
+        collection=server_settings.storage.collection,
     )
     l0_b = L0Index.load_from_milvus(connect(host_b), host_b)
     l0_a = L0Index.load(server_settings.l0_index_path())  # the copy the ingesting host wrote
@@ -126,7 +128,7 @@ def test_two_ingests_at_once_keep_both_l0_entries(milvus_server, tmp_path, embed
     ingest([SAMPLE_KB / "jvm"], settings, embed_model=embed_model)  # the collection exists; its first version
     first = index_version(connect(settings), settings)
     go = tmp_path / "go"
-    args = [str(settings.state_dir), milvus_server.uri, settings.collection, str(go)]
+    args = [str(settings.storage.state_dir), milvus_server.uri, settings.storage.collection, str(go)]
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", INGEST_ON_GO, *args, str(SAMPLE_KB / folder)],
@@ -148,7 +150,10 @@ def test_two_ingests_at_once_keep_both_l0_entries(milvus_server, tmp_path, embed
     l0 = L0Index.load_from_milvus(client, settings)
     expected = {p.name for folder in ("jvm", "kubernetes", "linux") for p in (SAMPLE_KB / folder).glob("*.md")}
     assert set(l0.documents) == expected
-    chunk_sources = {row[settings.source_field] for row in iter_rows(client, settings, [settings.source_field])}
+    chunk_sources = {
+        row[settings.schema_fields.source_field]
+        for row in iter_rows(client, settings, [settings.schema_fields.source_field])
+    }
     assert chunk_sources == expected
     assert index_version(client, settings) not in ("", first)
 
@@ -163,7 +168,7 @@ def test_index_version_shows_another_process_ingest(milvus_server, tmp_path, emb
 
     def other_process_ingests(*folders: str) -> None:
         command = [str(Path(sys.executable).parent / "kb-retrieval"), "ingest", *folders, "--json"]
-        command += ["--uri", milvus_server.uri, "--collection", settings.collection]
+        command += ["--uri", milvus_server.uri, "--collection", settings.storage.collection]
         command += ["--state-dir", str(tmp_path / "writer")]
         run = subprocess.run(command, env=_process_env(), capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr[-2000:]
@@ -188,12 +193,12 @@ def test_iter_rows_reads_every_row_in_one_query_or_pages(milvus_server, tmp_path
     def fields(schema):
         schema.add_field("key", DataType.VARCHAR, is_primary=True, max_length=64)
 
-    ensure_side_collection(client, settings, settings.collection, fields)
+    ensure_side_collection(client, settings, settings.storage.collection, fields)
     pages = []
     real_iterator = client.query_iterator
     monkeypatch.setattr(client, "query_iterator", lambda *a, **k: pages.append(1) or real_iterator(*a, **k))
     for total in (50, QUERY_WINDOW // 2 + 500):
-        client.upsert(settings.collection, [{"key": f"k{i:05d}", "vector": [0.0, 0.0]} for i in range(total)])
+        client.upsert(settings.storage.collection, [{"key": f"k{i:05d}", "vector": [0.0, 0.0]} for i in range(total)])
         keys = [row["key"] for row in iter_rows(client, settings, ["key"])]
         assert len(keys) == len(set(keys)) == total
         assert len(pages) == (0 if total == 50 else 1)

@@ -78,7 +78,7 @@ def write_setting(setting: str, shared: Path, state: Path, out: Path, variants: 
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for variant in variants:
-        lookup = KnowledgeLookup(base.model_copy(update=VARIANTS[variant]))
+        lookup = KnowledgeLookup(base.updated(**VARIANTS[variant]))
         try:
             for name in sets:
                 path = shared / "golden" / f"{name}.jsonl"

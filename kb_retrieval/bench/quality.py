@@ -236,12 +236,14 @@ def chunks_over_model_max(client: Any, settings: KBSettings) -> tuple[int, int]:
     from kb_retrieval.indexing.milvus import iter_rows
     from kb_retrieval.knowledge.chunker import BREADCRUMB_SEPARATOR, embedding_text
 
-    limit = word_piece_limit(settings.embed_model)
+    limit = word_piece_limit(settings.embedding.embed_model)
     over = total = 0
-    for row in iter_rows(client, settings, [settings.content_field, settings.metadata_field]):
-        meta = row.get(settings.metadata_field) or {}
+    for row in iter_rows(
+        client, settings, [settings.schema_fields.content_field, settings.schema_fields.metadata_field]
+    ):
+        meta = row.get(settings.schema_fields.metadata_field) or {}
         crumb = str(meta.get("breadcrumb") or "").split(BREADCRUMB_SEPARATOR)
-        text = embedding_text(str(meta.get("title") or ""), crumb, row.get(settings.content_field, ""))
+        text = embedding_text(str(meta.get("title") or ""), crumb, row.get(settings.schema_fields.content_field, ""))
         total += 1
         over += int(limit is not None and not limit.fits(text))
     return over, total

@@ -125,7 +125,7 @@ def run_server_scale(runbooks: Path, state_root: Path, queries: list[str], embed
     uri = os.environ.get(BENCH_MILVUS_URI_ENV)
     if uri:
         settings = KBSettings(milvus_uri=uri)
-        client = MilvusClient(uri=uri, token=settings.milvus_token.get_secret_value())
+        client = MilvusClient(uri=uri, token=settings.storage.milvus_token.get_secret_value())
         for name in ("kb_bench_scale", "kb_bench_scale_l0", "kb_bench_scale_docs", "kb_bench_scale_meta"):
             if client.has_collection(name):
                 client.drop_collection(name)
@@ -162,7 +162,7 @@ def run_serve_throughput(
     release_lite(settings)  # one process per Lite data dir: the servers', from here on
     most = workers or max(2, os.cpu_count() or 2)
     figures = served_throughput(
-        settings.state_dir, queries, state_root, workers=(1, most), clients=SERVE_CLIENTS, log=_log
+        settings.storage.state_dir, queries, state_root, workers=(1, most), clients=SERVE_CLIENTS, log=_log
     )
     figures.pop("runs")  # each round's figures are in the log; the report keeps the best round per level
     figures["queries"] = len(queries)

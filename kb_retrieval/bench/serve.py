@@ -145,8 +145,8 @@ def served_latency(settings: KBSettings, queries: Sequence[str], work_dir: Path,
     release_lite(settings)
     served = []
     quiet = {"KB_SERVER_ACCESS_LOG": "false"}
-    same = ["--mode", settings.vector_store_mode, "--collection", settings.collection]
-    with ServeProcess(settings.state_dir, work_dir / "serve-bench.log", env=quiet, args=same) as server:
+    same = ["--mode", settings.retrieval.vector_store_mode, "--collection", settings.storage.collection]
+    with ServeProcess(settings.storage.state_dir, work_dir / "serve-bench.log", env=quiet, args=same) as server:
         for query in queries:
             post_json(server.url + "/v1/lookup", {"query": query})
         for _ in range(rounds):

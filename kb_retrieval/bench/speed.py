@@ -44,7 +44,7 @@ def warm_latency(
 
     lookup = KnowledgeLookup(settings)  # queries embedded as a user's are (ONNX)
     stock = VectorStoreIndex.from_vector_store(make_vector_store(settings), embed_model=embed_model).as_retriever(
-        similarity_top_k=settings.top_k
+        similarity_top_k=settings.retrieval.top_k
     )
     threads = torch.get_num_threads()
 
@@ -179,7 +179,7 @@ def start_up(settings: KBSettings, embed_model: Any, query: str, *, runs: int = 
 
     release_lite(settings)  # Milvus Lite opens a data dir in one process only: the CLI's, from here on
     script = Path(sys.executable).parent / "kb-retrieval"
-    command = [str(script), "lookup", "--state-dir", str(settings.state_dir), "--json", query]
+    command = [str(script), "lookup", "--state-dir", str(settings.storage.state_dir), "--json", query]
     walls, peaks = [], []
     for _ in range(runs):
         wall_s, peak_mib = whole_process(command)
@@ -212,13 +212,13 @@ def ingest_throughput(kb_root: Path, state_dir: Path) -> dict[str, Any]:
     texts = [
         chunk.embedding_text()
         for doc in documents
-        for chunk in chunk_document(doc, settings.chunk_tokens, settings.chunk_overlap)
+        for chunk in chunk_document(doc, settings.chunking.chunk_tokens, settings.chunking.chunk_overlap)
     ]
     doc_texts = [document_texts(doc) for doc in documents]
     t0 = time.perf_counter()
-    embed_passages(encoder, texts, settings.embed_batch_size)
+    embed_passages(encoder, texts, settings.embedding.embed_batch_size)
     for kind in range(2):  # as ingest embeds them: titles, then summaries
-        embed_passages(encoder, [t[kind] for t in doc_texts], settings.embed_batch_size)
+        embed_passages(encoder, [t[kind] for t in doc_texts], settings.embedding.embed_batch_size)
     embed_s = time.perf_counter() - t0
     summary = ingest([kb_root], settings)
     rate = summary.chunks_embedded / summary.seconds
@@ -347,10 +347,14 @@ def _grow_and_measure(
     ids: list[str] = []
     blocks: list[np.ndarray] = []
     words: list[str] = []  # the corpus' own words: filler text that BM25 and the exact-identifier index must read
-    for row in iter_rows(client, settings, [settings.id_field, settings.vector_field, settings.content_field]):
-        ids.append(row[settings.id_field])
-        blocks.append(np.asarray([row[settings.vector_field]], dtype=np.float32))
-        words.extend(row[settings.content_field].split())
+    for row in iter_rows(
+        client,
+        settings,
+        [settings.schema_fields.id_field, settings.schema_fields.vector_field, settings.schema_fields.content_field],
+    ):
+        ids.append(row[settings.schema_fields.id_field])
+        blocks.append(np.asarray([row[settings.schema_fields.vector_field]], dtype=np.float32))
+        words.extend(row[settings.schema_fields.content_field].split())
     rows = len(ids)
     query_vectors = np.asarray([embed_query(embed_model, q) for q in queries], dtype=np.float32)
     rng = np.random.default_rng(7)
@@ -361,11 +365,11 @@ def _grow_and_measure(
         t0 = time.perf_counter()
         while rows < size:
             n = min(10_000, size - rows)
-            vectors = rng.standard_normal((n, settings.dim)).astype(np.float32)
+            vectors = rng.standard_normal((n, settings.schema_fields.dim)).astype(np.float32)
             vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
             texts = [" ".join(rng.choice(words, size=FILLER_WORDS)) for _ in range(n)]
             batch = [_filler_row(settings, rows + i, vectors[i], texts[i], full_text) for i in range(n)]
-            client.insert(settings.collection, batch)
+            client.insert(settings.storage.collection, batch)
             ids.extend(f"filler-{rows + i}" for i in range(n))
             blocks.append(vectors)
             rows += n
@@ -375,7 +379,7 @@ def _grow_and_measure(
         # its own, but the figures are meant for a collection whose every row is indexed.
         insert_seconds += time.perf_counter() - t0
         t0 = time.perf_counter()
-        client.flush(settings.collection)
+        client.flush(settings.storage.collection)
         flush_seconds += time.perf_counter() - t0
         index_seconds = 0.0 if lite else _wait_until_indexed(client, settings)
         # A writer publishes a new index version after its writes, as ingest does: the lookup objects' state
@@ -442,15 +446,17 @@ def _filler_row(settings: KBSettings, number: int, vector: np.ndarray, text: str
     from kb_retrieval.retrieval.bm25 import analysed_text, lexical_document
 
     row = {
-        settings.id_field: f"filler-{number}",
-        settings.content_field: text,
-        settings.vector_field: vector.tolist(),
-        settings.metadata_field: {"title": f"filler {number // 10}"},
-        settings.category_field: "filler",
-        settings.source_field: f"filler/{number // 10}.md",
+        settings.schema_fields.id_field: f"filler-{number}",
+        settings.schema_fields.content_field: text,
+        settings.schema_fields.vector_field: vector.tolist(),
+        settings.schema_fields.metadata_field: {"title": f"filler {number // 10}"},
+        settings.schema_fields.category_field: "filler",
+        settings.schema_fields.source_field: f"filler/{number // 10}.md",
     }
     if full_text:
-        row[settings.lexical_text_field] = analysed_text(lexical_document(f"filler {number // 10}", None, text))
+        row[settings.schema_fields.lexical_text_field] = analysed_text(
+            lexical_document(f"filler {number // 10}", None, text)
+        )
     return row
 
 
@@ -458,7 +464,7 @@ def _wait_until_indexed(client: Any, settings: KBSettings, timeout_s: float = 90
     """Seconds until the server reports no row waiting for the vector index (segments are indexed once sealed)."""
     started = time.perf_counter()
     while time.perf_counter() - started < timeout_s:
-        info = client.describe_index(settings.collection, settings.vector_field) or {}
+        info = client.describe_index(settings.storage.collection, settings.schema_fields.vector_field) or {}
         if int(info.get("pending_index_rows", 0)) == 0 and info.get("state", "Finished") == "Finished":
             break
         time.sleep(1)
@@ -481,12 +487,12 @@ def _raw_search(
     for query, truth in zip(queries, exact, strict=True):
         t0 = time.perf_counter()
         hits = client.search(
-            settings.collection,
+            settings.storage.collection,
             data=[query.tolist()],
-            anns_field=settings.vector_field,
+            anns_field=settings.schema_fields.vector_field,
             limit=k,
             search_params=search_params(settings, k),
-            output_fields=[settings.id_field],
+            output_fields=[settings.schema_fields.id_field],
         )[0]
         times.append((time.perf_counter() - t0) * 1000)
         found += len({hit["id"] for hit in hits} & {ids[i] for i in truth})

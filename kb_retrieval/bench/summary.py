@@ -10,8 +10,8 @@ from typing import Any
 
 from kb_retrieval.bench.report import SYSTEMS, write_bench_charts
 from kb_retrieval.bench.targets import warm_latency_sets
-from kb_retrieval.config import KBSettings
 from kb_retrieval.reporting import replace_marked_section
+from kb_retrieval.settings import EvidenceSettings
 
 #: The question-style query set of the warm-latency figures (alert texts: runbooks-alerts-dev).
 QUESTIONS_SET = "runbooks-paraphrase-dev.jsonl"
@@ -226,7 +226,7 @@ def _found_curves(report: dict[str, Any]) -> list[str]:
         "",
     ]
     rows = 0
-    default = KBSettings.model_fields["evidence_threshold"].default
+    default = EvidenceSettings.model_fields["evidence_threshold"].default
     for setting, sets in (report.get("quality") or {}).items():
         for name, systems in sets.items():
             if not (curve := systems["lookup_knowledge"].get("found_curve")):

@@ -51,12 +51,12 @@ def _open(setting: Setting, shared: Path, state_root: Path, *, fit: bool) -> Any
     from kb_retrieval.indexing.ingest import ingest
 
     settings = KBSettings(state_dir=state_root / setting.name, collection="kb_chunks")
-    if not (settings.state_dir / "milvus.db").exists():
+    if not (settings.storage.state_dir / "milvus.db").exists():
         ingest([shared / "corpora" / c for c in setting.corpora], settings, progress=True)
     scoring = settings.scoring
     if scoring.fit_ranking != fit:  # a variant: its version says so in every trace
         scoring = scoring.variant("fit-on" if fit else "fit-off", fit_ranking=fit)
-    return KnowledgeLookup(settings.model_copy(update={"scoring": scoring}))
+    return KnowledgeLookup(settings.updated(scoring=scoring))
 
 
 def _measure(lookup: Any, cases: list[Case]) -> dict[str, Any]:

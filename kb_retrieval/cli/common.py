@@ -15,13 +15,13 @@ from kb_retrieval.reporting import display_path
 def require_knowledge_base(settings: Any) -> None:
     """Stop with one line when the state dir holds no knowledge base (no Milvus Lite data dir, milvus.db): a
     mistyped ``--state-dir`` is said, not created empty."""
-    if settings.milvus_uri:
+    if settings.storage.milvus_uri:
         return  # a Milvus server, or a Lite file named on purpose: connecting says what is wrong
     database = Path(settings.resolved_milvus_uri())
     if not database.exists():  # a file, or the data dir milvus-lite makes of it
         raise CliError(
-            f"no knowledge base in {settings.state_dir} ({database.name} not found): check --state-dir, or run "
-            f"`{command_name()} ingest KB_DIR --state-dir {settings.state_dir}` first"
+            f"no knowledge base in {settings.storage.state_dir} ({database.name} not found): check --state-dir, or run "
+            f"`{command_name()} ingest KB_DIR --state-dir {settings.storage.state_dir}` first"
         )
 
 

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     except SQLAlchemyError as exc:  # the lookups answered regardless; their lost rows were logged
         print(f"\ntrace store {where} unavailable ({type(exc).__name__}): {lookup.traces.failures} rows not recorded")
     lookup.close()
-    print("\n" + demo_next_steps(settings.state_dir))
+    print("\n" + demo_next_steps(settings.storage.state_dir))
     return 0
 
 

@@ -40,10 +40,10 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     # Every query is checked before anything is looked up or printed.
     if args.queries is not None:
-        cases = read_queries(args.queries, settings.max_query_chars)
+        cases = read_queries(args.queries, settings.retrieval.max_query_chars)
     else:
         query = sys.stdin.read().strip() if args.query == STDIN else args.query  # no trailing newline in traces
-        _check_query(query, "stdin" if args.query == STDIN else "QUERY", settings.max_query_chars)
+        _check_query(query, "stdin" if args.query == STDIN else "QUERY", settings.retrieval.max_query_chars)
         cases = [QueryCase("", query)]
     server_url = args.server or os.environ.get(SERVER_URL_ENV) or _serving(settings)
     if server_url:  # a running `kb-retrieval serve` answers: nothing heavy is imported here

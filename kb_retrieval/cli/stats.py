@@ -31,8 +31,11 @@ def run(args: argparse.Namespace) -> int:
         off["milvus_bm25"] = lexical_reason
     chunks = count_rows(client, settings)
     plan, plan_reason = choose_plan(client, settings, custom_path=False)
-    if plan == "memory" and estimated_mirror_mb(chunks, settings) > settings.memory_plan_max_mb:
-        plan, plan_reason = "milvus", f"the mirror would pass memory_plan_max_mb ({settings.memory_plan_max_mb:g} MB)"
+    if plan == "memory" and estimated_mirror_mb(chunks, settings) > settings.retrieval.memory_plan_max_mb:
+        plan, plan_reason = (
+            "milvus",
+            f"the mirror would pass memory_plan_max_mb ({settings.retrieval.memory_plan_max_mb:g} MB)",
+        )
     # Counted, not read: the vectors themselves are for lookups.
     doc_vectors_off = doc_vectors_off_reason(client, settings)
     if doc_vectors_off:
@@ -44,15 +47,15 @@ def run(args: argparse.Namespace) -> int:
         key = entry.category or "(none)"
         categories[key] = categories.get(key, 0) + 1
     stats: dict[str, Any] = {
-        "collection": settings.collection,
+        "collection": settings.storage.collection,
         "milvus": "server" if settings.is_milvus_server() else "lite",
         "uri": settings.mask(settings.resolved_milvus_uri()),
         "chunks": chunks,
         "documents": len(l0.documents),
         "knowledge_bases": len({e.kb for e in l0.documents.values()}),
         "categories": dict(sorted(categories.items())),
-        "metric": settings.metric,
-        "dim": settings.dim,
+        "metric": settings.schema_fields.metric,
+        "dim": settings.schema_fields.dim,
         "lexical_mode": lexical_mode,
         "lookup_plan": plan,
         "lookup_plan_reason": plan_reason,

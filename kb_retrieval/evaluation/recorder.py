@@ -32,16 +32,16 @@ def record_fixtures(
     lookup = lookup or KnowledgeLookup(settings)
     out_dir.mkdir(parents=True, exist_ok=True)
     recorder = {
-        "collection": settings.collection,
-        "metric": settings.metric,
-        "vector_store_mode": settings.vector_store_mode,
-        "query_encoder": settings.query_encoder,
-        "top_k": settings.top_k,
-        "max_evidence_blocks": settings.max_evidence_blocks,
-        "evidence_threshold": settings.evidence_threshold,
-        "evidence_follows_ranking": settings.evidence_follows_ranking,
-        "evidence_fills_by_ranking": settings.evidence_fills_by_ranking,
-        "reference_threshold": settings.reference_threshold,
+        "collection": settings.storage.collection,
+        "metric": settings.schema_fields.metric,
+        "vector_store_mode": settings.retrieval.vector_store_mode,
+        "query_encoder": settings.embedding.query_encoder,
+        "top_k": settings.retrieval.top_k,
+        "max_evidence_blocks": settings.evidence.max_evidence_blocks,
+        "evidence_threshold": settings.evidence.evidence_threshold,
+        "evidence_follows_ranking": settings.evidence.evidence_follows_ranking,
+        "evidence_fills_by_ranking": settings.evidence.evidence_fills_by_ranking,
+        "reference_threshold": settings.evidence.reference_threshold,
     }
     bar = progress_bar(len(cases), "recording fixtures", "case", enabled=progress)
     for case in cases:

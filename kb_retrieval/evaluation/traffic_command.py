@@ -94,7 +94,7 @@ def parse_sets(pairs: list[str]) -> dict[str, Any]:
         key = key.strip().lower().removeprefix("kb_")
         if not sep or not key:
             raise CliError(f"--set {pair!r}: expected KEY=VALUE, e.g. --set top_k=50")
-        field = KBSettings.model_fields.get(key)
+        field = KBSettings.setting_field(key)
         if field is None:
             raise CliError(f"--set {key}: no such setting (the settings are listed in docs/reference.md)")
         try:
@@ -170,7 +170,7 @@ def run_compare_traffic(args: argparse.Namespace, require_knowledge_base: Callab
         current = stack.enter_context(_lookup(settings))
         if args.sidecar:
             labels = ("current", "sidecar (stock LlamaIndex retriever)")
-            replay = _with_sidecar(current, settings.max_evidence_blocks)
+            replay = _with_sidecar(current, settings.evidence.max_evidence_blocks)
         else:
             if other is not None:
                 alternative = stack.enter_context(_lookup(other))

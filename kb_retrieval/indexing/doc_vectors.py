@@ -135,12 +135,12 @@ def _fit(text: str, limit: int) -> str:
 
 
 def doc_vectors_collection_name(settings: KBSettings) -> str:
-    return settings.collection + DOC_VECTORS_SUFFIX
+    return settings.storage.collection + DOC_VECTORS_SUFFIX
 
 
 def stored_dim(settings: KBSettings) -> int:
     """The length of a row's vector field: the model's three vectors, then the static summary vector."""
-    return len(KINDS) * settings.dim + STATIC_DIM
+    return len(KINDS) * settings.schema_fields.dim + STATIC_DIM
 
 
 def _older_layout(client: MilvusClient, name: str, settings: KBSettings) -> str | None:
@@ -159,7 +159,7 @@ def _row_hash(doc: KbDocument, settings: KBSettings, chunk_ids: Sequence[str]) -
     """Everything a row is computed from: the document, the model, how (the version) and its chunks (the text vector
     is their mean, so a change of chunking rewrites it)."""
     digest = json.dumps(
-        [DOC_VECTORS_VERSION, settings.embed_model, STATIC_MODEL, doc.content_hash, sorted(chunk_ids)],
+        [DOC_VECTORS_VERSION, settings.embedding.embed_model, STATIC_MODEL, doc.content_hash, sorted(chunk_ids)],
         ensure_ascii=False,
     )
     return hashlib.sha256(digest.encode()).hexdigest()
@@ -194,8 +194,8 @@ def doc_vectors_off_reason(client: MilvusClient, settings: KBSettings) -> str | 
     if problem is None:
         return None
     return (
-        f"collection '{settings.collection}' has no document vectors ({problem}): documents are ranked by their "
-        f"chunks until `kb-retrieval ingest` writes them"
+        f"collection '{settings.storage.collection}' has no document vectors ({problem}): documents are ranked "
+        f"by their chunks until `kb-retrieval ingest` writes them"
     )
 
 
@@ -234,7 +234,8 @@ def write_doc_vectors(
         began = time.perf_counter()
         texts = [document_texts(doc) for doc, _, _ in batch]
         vectors = [
-            embed_passages(model, [t[i] for t in texts], settings.embed_batch_size) for i in range(len(KINDS) - 1)
+            embed_passages(model, [t[i] for t in texts], settings.embedding.embed_batch_size)
+            for i in range(len(KINDS) - 1)
         ]
         seconds += time.perf_counter() - began
         means = _chunk_means(client, settings, [doc for doc, _, _ in batch])
@@ -267,17 +268,21 @@ def _chunk_means(client: MilvusClient, settings: KBSettings, docs: Sequence[KbDo
     for start in range(0, len(docs), CHUNK_QUERY_DOCUMENTS):
         sources = [doc.source_id for doc in docs[start : start + CHUNK_QUERY_DOCUMENTS]]
         rows = client.query(
-            settings.collection,
-            filter=in_expr(settings.source_field, sources),
-            output_fields=[settings.source_field, settings.vector_field, settings.metadata_field],
+            settings.storage.collection,
+            filter=in_expr(settings.schema_fields.source_field, sources),
+            output_fields=[
+                settings.schema_fields.source_field,
+                settings.schema_fields.vector_field,
+                settings.schema_fields.metadata_field,
+            ],
             limit=QUERY_WINDOW,
             consistency_level="Strong",
         )
         for row in rows:
-            source = str(row[settings.source_field])
-            if (row.get(settings.metadata_field) or {}).get("doc_hash") != wanted.get(source):
+            source = str(row[settings.schema_fields.source_field])
+            if (row.get(settings.schema_fields.metadata_field) or {}).get("doc_hash") != wanted.get(source):
                 continue
-            vector = np.asarray(row[settings.vector_field], dtype=np.float32)
+            vector = np.asarray(row[settings.schema_fields.vector_field], dtype=np.float32)
             sums[source] = sums[source] + vector if source in sums else vector
     return {source: normalise(total[np.newaxis, :])[0] for source, total in sums.items()}
 
@@ -342,7 +347,7 @@ class DocumentVectors:
             return cls(off_reason=off_reason)
         name = doc_vectors_collection_name(settings)
         client.load_collection(name)
-        model_part = len(KINDS) * settings.dim
+        model_part = len(KINDS) * settings.schema_fields.dim
         vectors: dict[str, np.ndarray] = {}
         static: dict[str, np.ndarray] = {}
         titles: dict[str, str] = {}

@@ -41,8 +41,8 @@ _READY_LOCK = threading.Lock()
 
 
 def meta_collection_name(settings: KBSettings) -> str:
-    """The small collection holding the index version of ``settings.collection``."""
-    return settings.collection + META_COLLECTION_SUFFIX
+    """The small collection holding the index version of ``settings.storage.collection``."""
+    return settings.storage.collection + META_COLLECTION_SUFFIX
 
 
 def _meta_fields(schema: Any) -> None:
@@ -58,7 +58,7 @@ def ensure_meta_collection(client: MilvusClient, settings: KBSettings) -> str:
 
 
 def index_version(client: MilvusClient, settings: KBSettings, *, timeout: float | None = None) -> str:
-    """The current index version of ``settings.collection``; ``''`` when no kb-retrieval ingest has written one.
+    """The current index version of ``settings.storage.collection``; ``''`` when no kb-retrieval ingest has written one.
 
     One call per check once the meta collection is known (the first check per client also finds and loads it).
     ``timeout`` bounds each Milvus call (a hung server raises ``MilvusException`` instead of blocking).

@@ -150,7 +150,9 @@ def ingest(
             f"ingest() takes folders (str or Path) and LlamaIndex Documents or nodes, got {type(other[0]).__name__}"
         )
     kbs = [
-        load_knowledge_base(d, category_from=settings.category_from, max_file_bytes=settings.max_file_bytes)
+        load_knowledge_base(
+            d, category_from=settings.chunking.category_from, max_file_bytes=settings.chunking.max_file_bytes
+        )
         for d in folders
     ]
     if nodes:
@@ -159,8 +161,8 @@ def ingest(
                 nodes,
                 root=root,
                 name=name,
-                category_from=settings.category_from,
-                max_file_bytes=settings.max_file_bytes,
+                category_from=settings.chunking.category_from,
+                max_file_bytes=settings.chunking.max_file_bytes,
             )
         )
     empty = [str(given) for given, kb in zip(folders, kbs, strict=False) if not kb.documents]
@@ -180,7 +182,7 @@ def remove_root(root: str | Path, settings: KBSettings) -> IngestSummary:
     kb_id = given if given in roots else Path(given).resolve().as_posix()
     if kb_id not in roots:
         raise KnowledgeBaseError(
-            f"{given} is not a knowledge-base root of collection '{settings.collection}'; its roots: "
+            f"{given} is not a knowledge-base root of collection '{settings.storage.collection}'; its roots: "
             f"{', '.join(sorted(roots)) or 'none'}"
         )
     kb = LoadedKnowledgeBase(Path(kb_id), [], [], name="" if kb_id.startswith("/") else kb_id)
@@ -246,7 +248,7 @@ def _apply(
     if wrote and is_lite_engine(client, settings):
         # Milvus Lite searches rows still in its in-memory table ~2.5x slower than flushed segments (measured on the
         # sample KB: ~35 ms against ~14 ms a lookup), and a server flushes and indexes on its own.
-        client.flush(settings.collection)
+        client.flush(settings.storage.collection)
 
     # The L0 index after the chunks (a reader never finds an entry whose chunks are not written yet), then a new
     # index version after every write, then the local copy of the L0 index.
@@ -313,7 +315,7 @@ def _name_shared_sources(kbs: list[LoadedKnowledgeBase], existing: dict[str, _Ex
             named_holder = owner.get(named, ("", ""))[0]
             kept_before = named not in own and named_holder == kb.kb_id
             if holder != kb.kb_id and holder_hash == doc.content_hash:
-                where = f"already in collection '{settings.collection}'" if plain in existing else "given too"
+                where = f"already in collection '{settings.storage.collection}'" if plain in existing else "given too"
                 raise KnowledgeBaseError(
                     f"source id '{plain}' from {kb.kb_id} is the same document as {holder}'s ({where}): it would "
                     "answer twice; ingest it under one root only"
@@ -349,7 +351,7 @@ def _refuse_nested_roots(kbs: list[LoadedKnowledgeBase], existing: set[str], set
             inner, outer = (kb_id, other) if Path(kb_id).is_relative_to(other) else (other, kb_id)
             if not Path(inner).is_relative_to(outer):
                 continue
-            where = f"already in collection '{settings.collection}'" if other in existing else "given too"
+            where = f"already in collection '{settings.storage.collection}'" if other in existing else "given too"
             raise KnowledgeBaseError(
                 f"knowledge-base folder {inner} is inside {outer} ({where}): its documents would be ingested twice "
                 f"under two roots; ingest {outer} alone (its subfolders come with it), or take the root out first "
@@ -372,13 +374,18 @@ def _fit_limits(documents: list[KbDocument]) -> tuple[list[KbDocument], list[Ski
 
 def _existing_rows(client: Any, settings: KBSettings) -> dict[str, _Existing]:
     existing: dict[str, _Existing] = {}
-    fields = [settings.id_field, settings.source_field, settings.metadata_field]
+    fields = [
+        settings.schema_fields.id_field,
+        settings.schema_fields.source_field,
+        settings.schema_fields.metadata_field,
+    ]
     for row in iter_rows(client, settings, fields):
-        meta = row.get(settings.metadata_field) or {}
+        meta = row.get(settings.schema_fields.metadata_field) or {}
         entry = existing.setdefault(
-            row[settings.source_field], _Existing(kb=str(meta.get("kb", "")), doc_hash=str(meta.get("doc_hash", "")))
+            row[settings.schema_fields.source_field],
+            _Existing(kb=str(meta.get("kb", "")), doc_hash=str(meta.get("doc_hash", ""))),
         )
-        entry.ids.add(row[settings.id_field])
+        entry.ids.add(row[settings.schema_fields.id_field])
     return existing
 
 
@@ -387,7 +394,7 @@ def _plan(
 ) -> tuple[list[_DocPlan], dict[str, list[str]]]:
     plans: list[_DocPlan] = []
     removed: dict[str, list[str]] = {}
-    limit = word_piece_limit(settings.embed_model)
+    limit = word_piece_limit(settings.embedding.embed_model)
     for kb in kbs:
         current = {doc.source_id for doc in kb.documents}
         for doc in kb.documents:
@@ -395,9 +402,9 @@ def _plan(
             if before is not None and before.kb != kb.kb_id:
                 raise KnowledgeBaseError(
                     f"source id '{doc.source_id}' from {kb.root} is already in collection "
-                    f"'{settings.collection}' from another folder ({before.kb or 'unknown'})"
+                    f"'{settings.storage.collection}' from another folder ({before.kb or 'unknown'})"
                 )
-            chunks = chunk_document(doc, settings.chunk_tokens, settings.chunk_overlap, limit)
+            chunks = chunk_document(doc, settings.chunking.chunk_tokens, settings.chunking.chunk_overlap, limit)
             new_ids = {c.chunk_id for c in chunks}
             old_ids = before.ids if before else set()
             kind = "added" if before is None else "unchanged" if old_ids == new_ids else "updated"
@@ -436,7 +443,7 @@ class _Writer:
         self.full_text = full_text
         self.settings = settings
         self.model = model
-        self.batch = settings.embed_batch_size * WINDOW_BATCHES
+        self.batch = settings.embedding.embed_batch_size * WINDOW_BATCHES
         self.pending: list[tuple[_DocPlan, Chunk]] = []
         self.waiting: list[_DocPlan] = []
         self.embedded = 0
@@ -469,7 +476,7 @@ class _Writer:
             t0 = time.perf_counter()
             texts = [c.embedding_text() for _, c in self.pending]
             try:  # the bar moves as each model batch is done
-                vectors = embed_passages(self.model, texts, self.settings.embed_batch_size, self.bar.update)
+                vectors = embed_passages(self.model, texts, self.settings.embedding.embed_batch_size, self.bar.update)
             except BaseException:
                 # An interrupted run leaves whole windows behind it: the write in flight ends first.
                 with contextlib.suppress(Exception):
@@ -494,7 +501,7 @@ class _Writer:
 
     def _write(self, rows: list[dict[str, Any]], stale: list[list[str]]) -> None:
         if rows:
-            self.client.upsert(self.settings.collection, rows)
+            self.client.upsert(self.settings.storage.collection, rows)
         # Every waiting document now has all its new chunks written: drop its old ones.
         for ids in stale:
             _delete(self.client, self.settings, ids)
@@ -528,19 +535,22 @@ def _row(
         "ingested_at": written_at,
     }
     row = {
-        settings.id_field: chunk.chunk_id,
-        settings.content_field: content,
-        settings.vector_field: [float(x) for x in vector],
+        settings.schema_fields.id_field: chunk.chunk_id,
+        settings.schema_fields.content_field: content,
+        settings.schema_fields.vector_field: [float(x) for x in vector],
         # Other frontmatter keys are kept, but never in place of the pipeline's own (a frontmatter `doc_hash`).
-        settings.metadata_field: {**{k: v for k, v in doc.metadata.items() if k not in internal}, **internal},
-        settings.category_field: doc.category or "",
-        settings.source_field: doc.source_id,
+        settings.schema_fields.metadata_field: {
+            **{k: v for k, v in doc.metadata.items() if k not in internal},
+            **internal,
+        },
+        settings.schema_fields.category_field: doc.category or "",
+        settings.schema_fields.source_field: doc.source_id,
     }
     if full_text:
         # What BM25 indexes: the header and the content, identifiers split into their words, analysed as a lookup
         # analyses its query (the same text the in-process BM25 indexes).
         text = lexical_document(doc.title, chunk.breadcrumb_text, content)
-        row[settings.lexical_text_field] = _fit_varchar(analysed_text(text))
+        row[settings.schema_fields.lexical_text_field] = _fit_varchar(analysed_text(text))
     return row
 
 
@@ -551,4 +561,4 @@ def _fit_varchar(text: str) -> str:
 
 def _delete(client: Any, settings: KBSettings, ids: list[str]) -> None:
     for start in range(0, len(ids), 1000):
-        client.delete(settings.collection, ids=ids[start : start + 1000])
+        client.delete(settings.storage.collection, ids=ids[start : start + 1000])

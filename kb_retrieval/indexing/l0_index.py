@@ -85,7 +85,7 @@ class L0Index(BaseModel):
 
     @classmethod
     def load_from_milvus(cls, client: MilvusClient, settings: KBSettings) -> L0Index:
-        """The L0 index of ``settings.collection`` as stored in Milvus (any host reads the same).
+        """The L0 index of ``settings.storage.collection`` as stored in Milvus (any host reads the same).
 
         Without a companion collection (a collection written by another tool, or by a kb-retrieval older than the
         companion), an empty index with ``enabled=False`` and the reason in ``off_reason``.
@@ -96,8 +96,8 @@ class L0Index(BaseModel):
         if problem:
             return cls(
                 enabled=False,
-                off_reason=f"collection '{settings.collection}' has no L0 index ({problem}): L0 hints and domain "
-                f"filters are off until `kb-retrieval ingest` writes it",
+                off_reason=f"collection '{settings.storage.collection}' has no L0 index ({problem}): L0 hints "
+                "and domain filters are off until `kb-retrieval ingest` writes it",
                 index_version=version,
             )
         client.load_collection(name)
@@ -158,8 +158,8 @@ def entry_for(doc: KbDocument, kb: str) -> L0Entry:
 
 
 def l0_collection_name(settings: KBSettings) -> str:
-    """The companion collection holding the L0 index of ``settings.collection``."""
-    return settings.collection + L0_COLLECTION_SUFFIX
+    """The companion collection holding the L0 index of ``settings.storage.collection``."""
+    return settings.storage.collection + L0_COLLECTION_SUFFIX
 
 
 def _l0_fields(schema: Any) -> None:

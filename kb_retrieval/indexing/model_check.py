@@ -51,8 +51,8 @@ def model_id(model: Any) -> str:
 
 def collection_dim(client: MilvusClient, settings: KBSettings) -> int | None:
     """The dimension of the collection's vector field (None when it has none by that name)."""
-    for f in client.describe_collection(settings.collection).get("fields", []):
-        if f.get("name") == settings.vector_field:
+    for f in client.describe_collection(settings.storage.collection).get("fields", []):
+        if f.get("name") == settings.schema_fields.vector_field:
             dim = f.get("params", {}).get("dim")
             return int(dim) if dim is not None else None
     return None
@@ -72,16 +72,16 @@ def check_query_model(client: MilvusClient, settings: KBSettings, model: Any, re
     if expected is not None and dim is not None and dim != expected:
         raise EmbeddingMismatchError(
             f"query model {querying or type(model).__name__!r} gives {dim}-d vectors but collection "
-            f"'{settings.collection}' field '{settings.vector_field}' holds {expected}-d vectors"
+            f"'{settings.storage.collection}' field '{settings.schema_fields.vector_field}' holds {expected}-d vectors"
         )
     if not recorded:
-        notes.append(f"embedding model not checked: collection '{settings.collection}' has no recorded model")
+        notes.append(f"embedding model not checked: collection '{settings.storage.collection}' has no recorded model")
     elif not querying:
         notes.append(f"embedding model not checked: the query model ({type(model).__name__}) names no model id")
     elif querying != recorded:
         raise EmbeddingMismatchError(
-            f"collection '{settings.collection}' was embedded with {recorded!r} at ingest, but the query model is "
-            f"{querying!r}: query with the same model (embed_model=...) or ingest again"
+            f"collection '{settings.storage.collection}' was embedded with {recorded!r} at ingest, but the "
+            f"query model is {querying!r}: query with the same model (embed_model=...) or ingest again"
         )
     for note in notes:
         log.info("%s", note)

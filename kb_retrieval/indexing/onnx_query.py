@@ -415,11 +415,11 @@ def query_encoder(settings: KBSettings, embed_model: BaseEmbedding | None = None
     """
     if embed_model is not None:
         return embed_model
-    if settings.query_encoder != "model" and settings.embed_model == BUNDLED_MODEL:
+    if settings.embedding.query_encoder != "model" and settings.embedding.embed_model == BUNDLED_MODEL:
         try:
             return _shared_encoder(
                 str(settings.resolved_model_cache_dir().absolute()),
-                settings.query_encoder == "onnx-int8",
+                settings.embedding.query_encoder == "onnx-int8",
                 DEFAULT_THREADS,
             )
         except Exception as exc:
@@ -427,7 +427,7 @@ def query_encoder(settings: KBSettings, embed_model: BaseEmbedding | None = None
             logger.warning(
                 "ONNX query encoder unavailable, embedding queries with the model itself: %s (%s)", exc, _versions()
             )
-    return load_embed_model(settings.embed_model, settings.embed_batch_size)
+    return load_embed_model(settings.embedding.embed_model, settings.embedding.embed_batch_size)
 
 
 def passage_encoder(settings: KBSettings, embed_model: BaseEmbedding | None = None) -> BaseEmbedding:
@@ -439,16 +439,16 @@ def passage_encoder(settings: KBSettings, embed_model: BaseEmbedding | None = No
     """
     if embed_model is not None:
         return embed_model
-    if settings.passage_encoder == "onnx" and settings.embed_model == BUNDLED_MODEL:
+    if settings.embedding.passage_encoder == "onnx" and settings.embedding.embed_model == BUNDLED_MODEL:
         try:
             return _shared_passage_encoder(
                 str(settings.resolved_model_cache_dir().absolute()),
-                settings.embed_threads or os.cpu_count() or 1,
-                settings.embed_batch_size,
+                settings.embedding.embed_threads or os.cpu_count() or 1,
+                settings.embedding.embed_batch_size,
             )
         except Exception as exc:
             logger.warning("ONNX passage encoder unavailable, embedding passages with the model itself: %s", exc)
-    return load_embed_model(settings.embed_model, settings.embed_batch_size)
+    return load_embed_model(settings.embedding.embed_model, settings.embedding.embed_batch_size)
 
 
 @lru_cache(maxsize=4)

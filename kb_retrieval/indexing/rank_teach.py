@@ -93,18 +93,23 @@ def section_rows(client: Any, settings: KBSettings) -> list[SectionRow]:
     """Every chunk of the collection as a :class:`SectionRow`."""
     from kb_retrieval.indexing.milvus import iter_rows
 
-    fields = [settings.id_field, settings.source_field, settings.content_field, settings.metadata_field]
+    fields = [
+        settings.schema_fields.id_field,
+        settings.schema_fields.source_field,
+        settings.schema_fields.content_field,
+        settings.schema_fields.metadata_field,
+    ]
     rows = []
     for row in iter_rows(client, settings, fields):
-        meta = row.get(settings.metadata_field) or {}
+        meta = row.get(settings.schema_fields.metadata_field) or {}
         rows.append(
             SectionRow(
-                chunk_id=str(row[settings.id_field]),
-                source=str(row[settings.source_field]),
+                chunk_id=str(row[settings.schema_fields.id_field]),
+                source=str(row[settings.schema_fields.source_field]),
                 title=str(meta.get("title") or ""),
                 breadcrumb=[h for h in str(meta.get("breadcrumb") or "").split(BREADCRUMB_SEPARATOR) if h],
                 position=int(meta.get("position") or 0),
-                content=str(row.get(settings.content_field) or ""),
+                content=str(row.get(settings.schema_fields.content_field) or ""),
             )
         )
     return rows
@@ -154,12 +159,12 @@ def teach_ranking(lookup: Any) -> RankFit | None:
     document ranking is."""
     settings = lookup.settings
     scoring = settings.scoring
-    if not (settings.document_ranking and scoring.fit_ranking and scoring.fit_queries):
+    if not (settings.retrieval.document_ranking and scoring.fit_ranking and scoring.fit_queries):
         return None
     version = lookup.state.index_version
     if not version or not lookup.state.known_documents:  # nothing ingested yet: nothing to teach, nothing written
         return None
-    if (stored := load_fit(settings.state_dir, version)) is not None:
+    if (stored := load_fit(settings.storage.state_dir, version)) is not None:
         return stored
     queries = pseudo_queries(section_rows(lookup.client, settings), limit=scoring.fit_queries)
     configured = scoring.ranking_weights()
@@ -178,7 +183,7 @@ def teach_ranking(lookup: Any) -> RankFit | None:
             return None
         fit = choose(cases, configured, index_version=version, min_queries=scoring.fit_min_queries)
     try:
-        store_fit(settings.state_dir, fit)
+        store_fit(settings.storage.state_dir, fit)
     except OSError as exc:  # a read-only state dir: the fit serves this process only
         log.warning("document ranking fit not stored (%s): it is taught again on the next load", exc)
     log.info("document ranking: %s", fit.describe())

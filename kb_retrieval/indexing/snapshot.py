@@ -114,7 +114,7 @@ def _code() -> str:
 
 def _family(settings: KBSettings) -> str:
     """The collection this snapshot is of (its URI and name): one snapshot is kept per family."""
-    where = f"{settings.resolved_milvus_uri()}\n{settings.collection}"
+    where = f"{settings.resolved_milvus_uri()}\n{settings.storage.collection}"
     return hashlib.sha256(where.encode()).hexdigest()[:12]
 
 
@@ -122,7 +122,7 @@ def snapshot_key(settings: KBSettings, version: str, *, plan: str, lexical_mode:
     """The key of the state built for index ``version`` with these settings; ``None`` where no snapshot applies
     (snapshots off; a collection no kb-retrieval ingest versioned; BM25 in process, whose bm25s tokenizer does not
     pickle: that state is read from the collection as before)."""
-    if not settings.state_snapshots or not version or lexical_mode == "in_process_bm25":
+    if not settings.storage.state_snapshots or not version or lexical_mode == "in_process_bm25":
         return None
     # The settings that decide what the parts hold; another value of any other setting reads the same parts.
     build = {
@@ -135,28 +135,28 @@ def snapshot_key(settings: KBSettings, version: str, *, plan: str, lexical_mode:
         "lexical_mode": lexical_mode,
         "exact_signals": settings.scoring.exact_signals,
         "fields": [
-            settings.id_field,
-            settings.content_field,
-            settings.category_field,
-            settings.metadata_field,
-            settings.source_field,
-            settings.vector_field,
-            settings.lexical_text_field,
+            settings.schema_fields.id_field,
+            settings.schema_fields.content_field,
+            settings.schema_fields.category_field,
+            settings.schema_fields.metadata_field,
+            settings.schema_fields.source_field,
+            settings.schema_fields.vector_field,
+            settings.schema_fields.lexical_text_field,
         ],
-        "memory_plan_max_mb": settings.memory_plan_max_mb,
-        "dim": settings.dim,
-        "metric": settings.metric.upper(),
+        "memory_plan_max_mb": settings.retrieval.memory_plan_max_mb,
+        "dim": settings.schema_fields.dim,
+        "metric": settings.schema_fields.metric.upper(),
     }
     return hashlib.sha256(json.dumps(build, sort_keys=True).encode()).hexdigest()
 
 
 def snapshot_dir(settings: KBSettings) -> Path:
     """Where this state directory keeps its snapshots."""
-    return settings.state_dir / "snapshots"
+    return settings.storage.state_dir / "snapshots"
 
 
 def _path(settings: KBSettings, key: str) -> Path:
-    return snapshot_dir(settings) / f"{settings.collection}-{_family(settings)}-{key[:24]}{_SUFFIX}"
+    return snapshot_dir(settings) / f"{settings.storage.collection}-{_family(settings)}-{key[:24]}{_SUFFIX}"
 
 
 def load_snapshot(settings: KBSettings, key: str) -> SnapshotParts | None:
@@ -231,7 +231,7 @@ def write_snapshot(settings: KBSettings, key: str, parts: SnapshotParts) -> Path
     finally:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
-    for older in folder.glob(f"{settings.collection}-{_family(settings)}-*{_SUFFIX}"):
+    for older in folder.glob(f"{settings.storage.collection}-{_family(settings)}-*{_SUFFIX}"):
         if older != path:
             older.unlink(missing_ok=True)
     return path

@@ -219,12 +219,12 @@ class AttemptRunner:
                 blocks = build_evidence_blocks(
                     nodes,
                     evidence_threshold=self.calibration.evidence_threshold,
-                    max_blocks=settings.max_evidence_blocks,
-                    follow_ranking=settings.evidence_follows_ranking,
-                    fill_by_ranking=settings.evidence_fills_by_ranking,
+                    max_blocks=settings.evidence.max_evidence_blocks,
+                    follow_ranking=settings.evidence.evidence_follows_ranking,
+                    fill_by_ranking=settings.evidence.evidence_fills_by_ranking,
                 )
         trace.evidence_count = len(blocks)
-        trace.evidence_threshold = settings.evidence_threshold  # what a near miss is reported against
+        trace.evidence_threshold = settings.evidence.evidence_threshold  # what a near miss is reported against
         if not search.candidates:
             trace.outcome = "no_candidates"
         elif not blocks:
@@ -241,8 +241,11 @@ def _low_quality(top_similarity: float | None, category: str, query: LookupQuery
     """Why a filtered attempt that found evidence is still low quality, or None: its best similarity is below the
     reference threshold (spec 000), or L0's own title coverage favours a document outside the filter (the query
     covers the title of a document of another domain best: the filter came from a weaker match than that)."""
-    if (top_similarity or 0.0) < settings.reference_threshold:
-        return f"top similarity {top_similarity or 0.0:.3f} below reference_threshold {settings.reference_threshold}"
+    if (top_similarity or 0.0) < settings.evidence.reference_threshold:
+        return (
+            f"top similarity {top_similarity or 0.0:.3f} below reference_threshold "
+            f"{settings.evidence.reference_threshold}"
+        )
     hints = query.transform.hints if query.transform is not None else None
     if hints is not None and hints.coverage_domain and hints.coverage_domain != category:
         source, share = next(iter(hints.title_coverage.items()))

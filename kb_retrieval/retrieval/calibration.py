@@ -124,7 +124,7 @@ def lexical_lead(nodes: Sequence[NodeWithScore], source: str) -> bool:
 def topical_sections(rows: Sequence[dict[str, Any]], settings: KBSettings) -> list[tuple[int, str]]:
     """(row, pseudo-query) of the first chunk of each section whose heading no other document has, in a
     deterministic order (a hash of the chunk id), at most :data:`MAX_SAMPLES`."""
-    meta_field, source_field = settings.metadata_field, settings.source_field
+    meta_field, source_field = settings.schema_fields.metadata_field, settings.schema_fields.source_field
     holders: dict[str, set[str]] = {}
     first: dict[tuple[str, str], int] = {}
     for i, row in enumerate(rows):
@@ -138,10 +138,10 @@ def topical_sections(rows: Sequence[dict[str, Any]], settings: KBSettings) -> li
     chosen = []
     for (_source, crumb), i in first.items():
         if len(holders[crumb.split(BREADCRUMB_SEPARATOR)[-1].strip().casefold()]) == 1:
-            query = pseudo_query(crumb, str(rows[i].get(settings.content_field) or ""))
+            query = pseudo_query(crumb, str(rows[i].get(settings.schema_fields.content_field) or ""))
             if len(query.split()) >= 4:
                 chosen.append((i, query))
-    chosen.sort(key=lambda item: hashlib.sha1(str(rows[item[0]][settings.id_field]).encode()).hexdigest())
+    chosen.sort(key=lambda item: hashlib.sha1(str(rows[item[0]][settings.schema_fields.id_field]).encode()).hexdigest())
     return chosen[:MAX_SAMPLES]
 
 
@@ -183,7 +183,10 @@ def measure(
         return Background(len(sections), (), f"{len(sections)} topical sections (< {MIN_SAMPLES}): too few to measure")
     own = [i for i, _ in sections]
     sims = background(
-        embed([q for _, q in sections]), vectors, [str(r.get(settings.source_field) or "") for r in rows], own
+        embed([q for _, q in sections]),
+        vectors,
+        [str(r.get(settings.schema_fields.source_field) or "") for r in rows],
+        own,
     )
     quantiles = tuple(round(float(v), 4) for v in np.quantile(sims, QUANTILES))
     return Background(len(sections), quantiles, f"{len(sections)} pseudo-queries searched outside their own document")
@@ -193,14 +196,17 @@ def calibrate(measured: Background | None, settings: KBSettings, off_reason: str
     """The thresholds of ``settings`` on a knowledge base with background ``measured`` (None or unmeasured: the
     configured constants, with the reason)."""
     scoring = settings.scoring
-    if not settings.calibrate_thresholds:
+    if not settings.evidence.calibrate_thresholds:
         off_reason = "calibrate_thresholds is off"
     if measured is None or not measured.quantiles or off_reason:
         reason = off_reason or (measured.reason if measured else "not measured")
         return Calibration.defaults(
-            settings.evidence_threshold, scoring.relevance_high, scoring.relevance_medium, f"{reason}: the settings"
+            settings.evidence.evidence_threshold,
+            scoring.relevance_high,
+            scoring.relevance_medium,
+            f"{reason}: the settings",
         )
-    evidence = max(settings.evidence_threshold, measured.at(FOUND_QUANTILE))
+    evidence = max(settings.evidence.evidence_threshold, measured.at(FOUND_QUANTILE))
     return Calibration(
         source="measured",
         reason=(
@@ -222,7 +228,7 @@ def background_of(
     """The background of one index version, measured when its state is loaded (off the request path: a reload
     builds the new state beside the old one), or read back from the state dir where it was measured before.
     Without vectors in memory (the milvus plan) or an encoder, nothing is measured and the reason says so."""
-    if not settings.calibrate_thresholds:
+    if not settings.evidence.calibrate_thresholds:
         return Background(0, (), "calibrate_thresholds is off")
     if mirror is None:
         return Background(0, (), "no chunk vectors in memory (the milvus plan)")
@@ -247,10 +253,10 @@ def _cache_key(settings: KBSettings, version: str) -> str:
     how = {
         "format": CACHE_FORMAT,
         "version": version,
-        "collection": settings.collection,
+        "collection": settings.storage.collection,
         "uri": settings.resolved_milvus_uri(),
-        "model": settings.embed_model,
-        "encoder": settings.query_encoder,
+        "model": settings.embedding.embed_model,
+        "encoder": settings.embedding.query_encoder,
         "samples": [MIN_SAMPLES, MAX_SAMPLES],
         "quantiles": QUANTILES,
     }
@@ -258,12 +264,12 @@ def _cache_key(settings: KBSettings, version: str) -> str:
 
 
 def _cache_path(settings: KBSettings) -> Path:
-    return settings.state_dir / "calibration" / f"{settings.collection}.json"
+    return settings.storage.state_dir / "calibration" / f"{settings.storage.collection}.json"
 
 
 def _read_cached(settings: KBSettings, key: str) -> Background | None:
     """The background this state dir measured for ``key`` (an index version) before, or None."""
-    if not settings.state_snapshots:
+    if not settings.storage.state_snapshots:
         return None
     try:
         data = json.loads(_cache_path(settings).read_text(encoding="utf-8"))
@@ -277,7 +283,7 @@ def _read_cached(settings: KBSettings, key: str) -> Background | None:
 def _write_cached(settings: KBSettings, key: str, measured: Background) -> None:
     """Keep the measurement in ``<state_dir>/calibration`` (a temporary file, then a rename; only with
     ``state_snapshots``); a failure only costs the next process the measurement again."""
-    if not settings.state_snapshots:
+    if not settings.storage.state_snapshots:
         return
     path = _cache_path(settings)
     record = {"key": key, "samples": measured.samples, "quantiles": measured.quantiles, "reason": measured.reason}

@@ -71,22 +71,22 @@ class SectionStore:
     def _fetch(self, keys: list[tuple[str, str]], timeout: float | None) -> dict[tuple[str, str], list[Any]]:
         s = self.settings
         rows = self.client.query(
-            s.collection,
-            filter=in_expr(s.source_field, sorted({source for source, _ in keys})),
-            output_fields=[s.source_field, s.content_field, s.metadata_field],
+            s.storage.collection,
+            filter=in_expr(s.schema_fields.source_field, sorted({source for source, _ in keys})),
+            output_fields=[s.schema_fields.source_field, s.schema_fields.content_field, s.schema_fields.metadata_field],
             limit=MAX_ROWS,
-            timeout=timeout or s.milvus_search_timeout_s,
+            timeout=timeout or s.storage.milvus_search_timeout_s,
         )
         wanted = set(keys)
         by_doc: dict[tuple[str, str], list[DocumentSection]] = {}
         for row in rows:
-            meta = row.get(s.metadata_field) or {}
-            key = (str(row.get(s.source_field)), str(meta.get("doc_hash")))
+            meta = row.get(s.schema_fields.metadata_field) or {}
+            key = (str(row.get(s.schema_fields.source_field)), str(meta.get("doc_hash")))
             if key in wanted and isinstance(meta.get("position"), int):
                 by_doc.setdefault(key, []).append(
                     DocumentSection(
                         breadcrumb=meta.get("breadcrumb"),
-                        content=row.get(s.content_field) or "",
+                        content=row.get(s.schema_fields.content_field) or "",
                         position=meta["position"],
                     )
                 )
@@ -115,7 +115,7 @@ class DocumentExpander(BaseNodePostprocessor):
         if config is not None:
             return cls.from_dict(config, **state)
         s = lookup.settings
-        return cls(max_documents=s.max_evidence_blocks if s.expand_documents else 0, **state)
+        return cls(max_documents=s.evidence.max_evidence_blocks if s.retrieval.expand_documents else 0, **state)
 
     @property
     def sections(self) -> SectionStore | None:
@@ -140,7 +140,7 @@ class DocumentExpander(BaseNodePostprocessor):
         try:
             if deadline is not None and deadline.expired:
                 return nodes  # no time left: the chunks stand as evidence
-            timeout = deadline.timeout(self.sections.settings.milvus_search_timeout_s) if deadline else None
+            timeout = deadline.timeout(self.sections.settings.storage.milvus_search_timeout_s) if deadline else None
             documents = self.sections.sections(wanted, timeout)
         except Exception as exc:  # the chunks still stand as evidence
             log.warning("fetching document sections failed: %s", exc)

@@ -73,7 +73,7 @@ def choose_lexical_mode(
     engine with full-text search creates: :func:`~kb_retrieval.indexing.milvus.full_text_off`) and the path can send
     a hybrid search (``path=None``: the built-in paths, which can).
     """
-    if not settings.lexical_enabled:
+    if not settings.retrieval.lexical_enabled:
         return "off", None
     reason = full_text_off(client, settings)
     if reason is None and path is not None and not supports_hybrid(path):
@@ -156,7 +156,7 @@ class HybridRetriever(BaseRetriever):
             embedding=embedding,
             text=query_text,
             category=category,
-            deadline=deadline or Deadline.after(self.settings.lookup_timeout_s),
+            deadline=deadline or Deadline.after(self.settings.retrieval.lookup_timeout_s),
             clock=clock,
             scope=scope,
             exact_terms=exact_terms,

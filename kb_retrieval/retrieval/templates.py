@@ -5,7 +5,7 @@ An alert rule's annotation pasted as it stands holds template syntax: ``{{ $labe
 (``monitoring/alertmanager-main-0``) and none of it. To the query encoder each placeholder is seven to twelve word
 pieces of braces, dollars, dots and pipes: on the public alert texts they are 45% of the word pieces (56.5 per query,
 31 without them), they pull every such query towards every other, and the encoder's time grows with the word
-pieces. So the encoder reads the query without them (``KBSettings.drop_template_placeholders``); the
+pieces. So the encoder reads the query without them (``KBSettings.retrieval.drop_template_placeholders``); the
 exact-identifier index never takes a token from them; BM25 and L0 read the query as it was.
 
 Example:

@@ -51,7 +51,7 @@ def create_app(lookup: KnowledgeLookup, serve: ServeSettings | None = None) -> F
     serve = serve or ServeSettings()
     runner = LookupRunner(
         lookup,
-        workers=lookup.settings.retriever_workers,
+        workers=lookup.settings.retrieval.retriever_workers,
         max_pending=serve.max_pending,
         max_overrides=serve.max_overrides,
     )

@@ -38,7 +38,7 @@ class RunningServer:
 
 
 def serve_file(settings: KBSettings) -> Path:
-    return Path(settings.state_dir) / SERVE_FILE
+    return Path(settings.storage.state_dir) / SERVE_FILE
 
 
 def _served_uri(settings: KBSettings) -> str:
@@ -51,7 +51,7 @@ def announce(settings: KBSettings, url: str, *, token_required: bool) -> Path:
     record = {
         "url": url,
         "pid": os.getpid(),
-        "collection": settings.collection,
+        "collection": settings.storage.collection,
         "milvus": _served_uri(settings),
         "token_required": token_required,
     }
@@ -85,7 +85,7 @@ def find_server(settings: KBSettings) -> RunningServer | None:
     url, pid = record.get("url"), record.get("pid")
     if not isinstance(url, str) or not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         return None
-    if record.get("collection") != settings.collection:
+    if record.get("collection") != settings.storage.collection:
         return None
     if settings.is_milvus_server():
         serves = record.get("milvus") == _served_uri(settings) and _alive(pid)

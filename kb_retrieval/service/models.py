@@ -38,7 +38,9 @@ OVERRIDABLE = (
 
 def _optional(name: str) -> tuple[Any, Any]:
     """The setting's own type and constraints (from ``KBSettings``), optional: ``None`` keeps the server's value."""
-    info = copy.copy(KBSettings.model_fields[name])
+    field = KBSettings.setting_field(name)
+    assert field is not None, name  # OVERRIDABLE names settings
+    info = copy.copy(field)
     info.default = None
     info.default_factory = None
     return Optional[info.annotation], info  # noqa: UP045 (a runtime type, built here)

@@ -52,7 +52,7 @@ async def healthz(lookup: Lookup, health_pool: HealthPool) -> JSONResponse:
     """Whether the collection can be searched: its chunk count read from Milvus now (bounded wait)."""
     settings = lookup.settings
     base: dict[str, Any] = {
-        "collection": settings.collection,
+        "collection": settings.storage.collection,
         "milvus": "server" if settings.is_milvus_server() else "lite",
         "lexical_mode": lookup.lexical_mode,
         "index_version": lookup.index_version or None,
@@ -68,7 +68,8 @@ async def healthz(lookup: Lookup, health_pool: HealthPool) -> JSONResponse:
         return JSONResponse(body.model_dump(), status_code=503)
     if not chunks:  # nothing to search (never ingested, or its data lost): every lookup would find nothing
         reason = (
-            f"the collection {settings.collection} holds no chunks (lost or never ingested): run kb-retrieval ingest"
+            f"the collection {settings.storage.collection} holds no chunks (lost or never ingested): run "
+            "kb-retrieval ingest"
         )
         body = Health(status="unavailable", reason=reason, chunks=0, **base)
         return JSONResponse(body.model_dump(), status_code=503)

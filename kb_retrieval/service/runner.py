@@ -74,7 +74,7 @@ class LookupRunner:
 
     @property
     def max_query_chars(self) -> int:
-        return self.base.settings.max_query_chars
+        return self.base.settings.retrieval.max_query_chars
 
     def check_length(self, query: str) -> None:
         if len(query) > self.max_query_chars:
@@ -144,7 +144,7 @@ class LookupRunner:
     def _lookup(
         self, query: str, overrides: dict[str, Any], filters: MetadataFilters | None, arrived: float
     ) -> LookupResult:
-        limit = self.base.settings.lookup_timeout_s
+        limit = self.base.settings.retrieval.lookup_timeout_s
         # One deadline per request, from its arrival: the wait for a worker is part of it, and the lookup gets what
         # is left (every Milvus call and the freshness check are bounded by it).
         deadline = Deadline(arrived + limit)

@@ -111,7 +111,7 @@ def _announce(server: uvicorn.Server, serve: ServeSettings, settings: KBSettings
                 url, shown = listening_url(sock.getsockname())
                 urls.append(url)
                 print(
-                    f"kb-retrieval serve: listening on {shown} (collection {settings.collection}; "
+                    f"kb-retrieval serve: listening on {shown} (collection {settings.storage.collection}; "
                     f"page /, API /v1/lookup, MCP /mcp{'; token required' if serve.token.get_secret_value() else ''})",
                     file=sys.stderr,
                     flush=True,

@@ -192,7 +192,7 @@ def _announce(sock: socket.socket, serve: ServeSettings, settings: KBSettings) -
     url, shown = listening_url(sock.getsockname())
     print(
         f"kb-retrieval serve: listening on {shown} with {serve.workers} worker processes (collection "
-        f"{settings.collection}; page /, API /v1/lookup, MCP /mcp"
+        f"{settings.storage.collection}; page /, API /v1/lookup, MCP /mcp"
         f"{'; token required' if serve.token.get_secret_value() else ''})",
         file=sys.stderr,
         flush=True,
@@ -273,7 +273,7 @@ def _lite_client(uri: str, settings: KBSettings) -> Any:
 
     from kb_retrieval.indexing.milvus import LITE_GRPC_OPTIONS
 
-    return MilvusClient(uri=uri, timeout=settings.milvus_timeout_s, grpc_options=dict(LITE_GRPC_OPTIONS))
+    return MilvusClient(uri=uri, timeout=settings.storage.milvus_timeout_s, grpc_options=dict(LITE_GRPC_OPTIONS))
 
 
 def _watch_supervisor(supervisor: int, server: Any) -> None:

@@ -25,6 +25,7 @@ from sqlalchemy.pool import StaticPool
 from kb_retrieval.config import KBSettings
 from kb_retrieval.masking import mask_secrets, url_secrets
 from kb_retrieval.models import LookupResult
+from kb_retrieval.settings import TraceSettings
 from kb_retrieval.traces.details import QueryMode, private_details, retrieval_details, stored_query
 from kb_retrieval.traces.schema import INSERT, TOOL_NAME, Base, ToolInvocation
 from kb_retrieval.traces.writer import QUEUE_ROWS, WAIT_MARGIN_S, Job, RowWriter
@@ -75,7 +76,7 @@ class TraceStore:
         *,
         content_chars: int = 160,
         query_chars: int = 4000,
-        timeout_s: float = KBSettings.model_fields["trace_timeout_s"].default,
+        timeout_s: float = TraceSettings.model_fields["timeout_s"].default,
         query_mode: QueryMode = "full",
         wait: bool = False,
         queue_rows: int = QUEUE_ROWS,
@@ -127,11 +128,11 @@ class TraceStore:
         """The store the settings describe (URL, preview sizes, timeout, waiting, query mode)."""
         return cls(
             settings.resolved_trace_db_url(),
-            content_chars=settings.trace_content_chars,
-            query_chars=settings.max_query_chars,
-            timeout_s=settings.trace_timeout_s,
-            query_mode=settings.trace_query,
-            wait=settings.trace_wait,
+            content_chars=settings.trace.content_chars,
+            query_chars=settings.retrieval.max_query_chars,
+            timeout_s=settings.trace.timeout_s,
+            query_mode=settings.trace.query,
+            wait=settings.trace.wait,
         )
 
     def record(

@@ -68,7 +68,7 @@ def _traffic(sample_settings, tmp_path, capsys, monkeypatch) -> tuple[str, list[
     queries = tmp_path / "queries.jsonl"
     lines = [{"case_id": c["case_id"], "query": c["query"]} for c in [*cases, cases[0]]]
     queries.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    state = str(sample_settings.state_dir)
+    state = str(sample_settings.storage.state_dir)
     assert main(["lookup", "--queries", str(queries), "--state-dir", state]) == 0
     monkeypatch.setenv("KB_TRACE_QUERY", "hash")
     assert main(["lookup", "a query kept as its hash only", "--state-dir", state]) == 0
@@ -81,7 +81,7 @@ def test_compare_from_traces_reports_what_an_alternative_changes(sample_settings
     url, queries = _traffic(sample_settings, tmp_path, capsys, monkeypatch)
     rows_before = TraceStore(url).count()
     assert rows_before == len(queries) + 2
-    state = str(sample_settings.state_dir)
+    state = str(sample_settings.storage.state_dir)
     reports = []
     for out in ("one", "two"):  # twice: the same traces give the same files
         argv = ["compare", "--from-traces", "--set", "max_evidence_blocks=1", "--state-dir", state]
@@ -118,7 +118,7 @@ def test_compare_from_traces_reports_what_an_alternative_changes(sample_settings
 def test_golden_draft_from_traces(sample_settings, sample_lookup, tmp_path, capsys, monkeypatch):
     _, queries = _traffic(sample_settings, tmp_path, capsys, monkeypatch)
     out = tmp_path / "draft.jsonl"
-    argv = ["golden", "draft", "--from-traces", "--top", "2", "--state-dir", str(sample_settings.state_dir)]
+    argv = ["golden", "draft", "--from-traces", "--top", "2", "--state-dir", str(sample_settings.storage.state_dir)]
     assert main([*argv, "--out", str(out)]) == 0
     cases = load_golden(out)
     assert [case.query for case in cases] == queries
@@ -143,8 +143,8 @@ def test_compare_from_traces_against_another_state_dir_and_the_sidecar(
     redis_only = KBSettings(state_dir=tmp_path / "redis-state", vector_store_mode="sdk")
     ingest([SAMPLE_KB / "redis"], redis_only, embed_model=embed_model)
     release_lite(redis_only)
-    state = str(sample_settings.state_dir)
-    argv = ["compare", "--from-traces", "--state-dir", state, "--against", str(redis_only.state_dir)]
+    state = str(sample_settings.storage.state_dir)
+    argv = ["compare", "--from-traces", "--state-dir", state, "--against", str(redis_only.storage.state_dir)]
     assert main([*argv, "--out", str(tmp_path / "against")]) == 0
     report = json.loads((tmp_path / "against" / "traffic.json").read_text())
     assert report["b"].startswith("state dir ") and len(report["cases"]) == len(queries)
@@ -160,4 +160,4 @@ def test_compare_from_traces_against_another_state_dir_and_the_sidecar(
     for case in report["cases"]:
         b = case["b"]
         assert "status" not in b, b  # the stock retriever ran beside every lookup
-        assert b["found"] and 1 <= len(b["evidence"]) <= sample_settings.max_evidence_blocks
+        assert b["found"] and 1 <= len(b["evidence"]) <= sample_settings.evidence.max_evidence_blocks

@@ -102,11 +102,11 @@ def test_ingest_writes_four_vectors_per_document_and_nothing_twice(tmp_path, set
     assert set(rows) == {"redis/memory.md", "mysql/lag.md", "kubernetes/KubeQuotaAlmostFull.md"}
     doc = next(d for d in load_knowledge_base(a).documents if d.source_id == "redis/memory.md")
     stored = np.asarray(rows["redis/memory.md"]["doc_vectors"], dtype=np.float32)
-    assert stored.shape == (3 * settings.dim + STATIC_DIM,)
-    got = stored[: 3 * settings.dim].reshape(3, -1)  # title|summary|text, then the static summary
+    assert stored.shape == (3 * settings.schema_fields.dim + STATIC_DIM,)
+    got = stored[: 3 * settings.schema_fields.dim].reshape(3, -1)  # title|summary|text, then the static summary
     assert np.allclose(got[:2], embed_texts(embed_model, list(document_texts(doc))), atol=1e-5)
     static = load_static_embedder().embed([document_texts(doc)[1]])[0]
-    assert np.allclose(stored[3 * settings.dim :], static, atol=1e-6)
+    assert np.allclose(stored[3 * settings.schema_fields.dim :], static, atol=1e-6)
     quota = rows["kubernetes/KubeQuotaAlmostFull.md"]
     assert quota["title"] == "Kube Quota Almost Full"  # what the weighted title similarity reads
     terms = quota["terms"].split()
@@ -137,8 +137,10 @@ def test_ingest_writes_four_vectors_per_document_and_nothing_twice(tmp_path, set
 
 def chunk_ids(settings: KBSettings) -> dict[str, list[str]]:
     ids: dict[str, list[str]] = {}
-    for row in iter_rows(connect(settings), settings, [settings.id_field, settings.source_field]):
-        ids.setdefault(row[settings.source_field], []).append(row[settings.id_field])
+    for row in iter_rows(
+        connect(settings), settings, [settings.schema_fields.id_field, settings.schema_fields.source_field]
+    ):
+        ids.setdefault(row[settings.schema_fields.source_field], []).append(row[settings.schema_fields.id_field])
     return ids
 
 
@@ -166,7 +168,7 @@ def test_collection_without_companion_has_document_vectors_off(settings):
     vectors = DocumentVectors.load_from_milvus(client, settings)
     assert not vectors.enabled and len(vectors) == 0
     assert f"'{doc_vectors_collection_name(settings)}'" in (vectors.off_reason or "")
-    assert vectors.similarities([0.1] * settings.dim, ["x.md"]) == {}
+    assert vectors.similarities([0.1] * settings.schema_fields.dim, ["x.md"]) == {}
 
 
 def _version_3_fields(schema) -> None:
@@ -187,12 +189,15 @@ def test_a_companion_of_an_older_layout_is_off_until_ingest_rewrites_it(tmp_path
     client = connect(settings)
     ensure_collection(client, settings)
     name = doc_vectors_collection_name(settings)
-    dim = kinds * settings.dim if kinds else 3 * settings.dim + STATIC_DIM
+    dim = kinds * settings.schema_fields.dim if kinds else 3 * settings.schema_fields.dim + STATIC_DIM
     ensure_side_collection(client, settings, name, fields, vector_field=VECTORS_FIELD, vector_dim=dim)
     client.insert(name, [{"source": "x.md", "kb": "k", "row_hash": "old", VECTORS_FIELD: [0.1] * dim}])
     reason = doc_vectors_off_reason(client, settings) or ""
     if kinds:  # title|summary|text only
-        assert f"holds vectors of {dim} values, not {3 * settings.dim + STATIC_DIM}: an older layout" in reason
+        assert (
+            f"holds vectors of {dim} values, not {3 * settings.schema_fields.dim + STATIC_DIM}: an older layout"
+            in reason
+        )
     else:
         assert f"collection '{name}' lacks fields terms, title: an older layout" in reason
     assert not DocumentVectors.load_from_milvus(client, settings).enabled

@@ -98,8 +98,8 @@ def test_ingest_embeds_with_the_model_given(tmp_path: Path) -> None:
     summary = ingest([SAMPLE_KB], settings, embed_model=given)
     embedded = [t for batch in given.batches for t in batch]
     documents = load_knowledge_base(SAMPLE_KB).documents
-    size, overlap = settings.chunk_tokens, settings.chunk_overlap
-    limit = word_piece_limit(settings.embed_model)  # ingest caps chunks at the model's word pieces
+    size, overlap = settings.chunking.chunk_tokens, settings.chunking.chunk_overlap
+    limit = word_piece_limit(settings.embedding.embed_model)  # ingest caps chunks at the model's word pieces
     chunks = {c.embedding_text() for doc in documents for c in chunk_document(doc, size, overlap, limit)}
     titles = {document_texts(doc)[0] for doc in documents}
     assert summary.chunks_embedded == len(chunks) > 0
@@ -153,10 +153,10 @@ def test_default_ingest_writes_the_torch_model_vectors(tmp_path: Path, sample_se
     settings = KBSettings(state_dir=tmp_path / "state", vector_store_mode="sdk")
     ingest([SAMPLE_KB], settings)
     for collection, field, parts in (
-        (settings.collection, settings.vector_field, 1),
+        (settings.storage.collection, settings.schema_fields.vector_field, 1),
         (doc_vectors_collection_name(settings), VECTORS_FIELD, len(KINDS)),
     ):
-        key = settings.id_field if parts == 1 else "source"
+        key = settings.schema_fields.id_field if parts == 1 else "source"
         found, expected = (
             {
                 row[key]: np.asarray(row[field], dtype=np.float32)[: parts * 384].reshape(parts, 384)

@@ -35,8 +35,10 @@ DOC_B = "# MySQL replication lag\n\n## Diagnosis\nCheck Seconds_Behind_Source in
 
 def rows(settings: KBSettings) -> dict[str, dict]:
     client = connect(settings)
-    client.load_collection(settings.collection)
-    found = client.query(settings.collection, filter='source != ""', output_fields=["source", "category", "metadata"])
+    client.load_collection(settings.storage.collection)
+    found = client.query(
+        settings.storage.collection, filter='source != ""', output_fields=["source", "category", "metadata"]
+    )
     return {r["id"]: r for r in found}
 
 
@@ -221,4 +223,4 @@ def test_existing_client_reads_what_ingest_wrote(tmp_path, settings, embed_model
     kb = write_kb(tmp_path / "kb", {"redis/memory.md": DOC_A})
     ingest([kb], settings, embed_model=embed_model)
     client = MilvusClient(settings.resolved_milvus_uri())
-    assert client.get_collection_stats(settings.collection)["row_count"] == len(rows(settings))
+    assert client.get_collection_stats(settings.storage.collection)["row_count"] == len(rows(settings))

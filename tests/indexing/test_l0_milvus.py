@@ -105,8 +105,8 @@ def test_edits_and_removals_touch_only_their_rows(tmp_path, settings, embed_mode
 def _chunk_ids(settings: KBSettings) -> dict[str, list[str]]:
     client = connect(settings)
     ids: dict[str, list[str]] = {}
-    for row in iter_rows(client, settings, [settings.id_field, settings.source_field]):
-        ids.setdefault(row[settings.source_field], []).append(row[settings.id_field])
+    for row in iter_rows(client, settings, [settings.schema_fields.id_field, settings.schema_fields.source_field]):
+        ids.setdefault(row[settings.schema_fields.source_field], []).append(row[settings.schema_fields.id_field])
     return ids
 
 
@@ -176,7 +176,7 @@ def test_version_lives_in_its_own_small_collection(tmp_path, settings, embed_mod
     ingest([kb], settings, embed_model=embed_model)
     client = connect(settings)
     name = meta_collection_name(settings)
-    assert name == f"{settings.collection}_meta" and client.has_collection(name)
+    assert name == f"{settings.storage.collection}_meta" and client.has_collection(name)
     rows = {r["key"]: r["value"] for r in client.query(name, filter='key != ""', output_fields=["key", "value"])}
     assert rows["version"] == index_version(client, settings)
     # Beside it, only the ingest record (kb_retrieval.indexing.ingest_record): the model, the roots, metadata keys.

@@ -149,7 +149,7 @@ def test_several_processes_share_one_lite_data_dir_through_its_server(lite_serve
     assert ingest.returncode == 0, ingest.stderr
     client = connect(settings)
     assert is_lite_engine(client, settings)  # behind an http URI: FLAT index, flushed after writes
-    index = client.describe_index(settings.collection, settings.vector_field)
+    index = client.describe_index(settings.storage.collection, settings.schema_fields.vector_field)
     assert index["index_type"] == "FLAT"
     before = index_version(client, settings)
     l0 = L0Index.load_from_milvus(client, settings)
@@ -195,7 +195,7 @@ def test_state_dir_and_lite_data_files_are_the_owners_only_under_umask_022(tmp_p
         lookup.close()
     finally:
         os.umask(old)
-    for folder in (tmp_path / "state", settings.state_dir, Path(settings.resolved_milvus_uri())):
+    for folder in (tmp_path / "state", settings.storage.state_dir, Path(settings.resolved_milvus_uri())):
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
     files = [p for p in Path(settings.resolved_milvus_uri()).rglob("*") if p.is_file()]
     assert files and all(stat.S_IMODE(p.stat().st_mode) & 0o077 == 0 for p in files), [

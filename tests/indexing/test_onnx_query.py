@@ -274,7 +274,7 @@ def test_query_encoder_falls_back_when_the_export_fails(
 def test_model_cache_dir_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KB_MODEL_CACHE_DIR", raising=False)
     monkeypatch.delenv("KB_QUERY_ENCODER", raising=False)
-    assert KBSettings().query_encoder == "onnx-int8"
+    assert KBSettings().embedding.query_encoder == "onnx-int8"
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert KBSettings().resolved_model_cache_dir() == tmp_path / "kb-retrieval"
     monkeypatch.delenv("XDG_CACHE_HOME")
@@ -282,8 +282,8 @@ def test_model_cache_dir_setting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("KB_MODEL_CACHE_DIR", str(tmp_path / "models"))
     monkeypatch.setenv("KB_QUERY_ENCODER", "onnx")
     settings = KBSettings()
-    assert settings.resolved_model_cache_dir() == tmp_path / "models" and settings.query_encoder == "onnx"
-    assert KBSettings(query_encoder="model").query_encoder == "model"
+    assert settings.resolved_model_cache_dir() == tmp_path / "models" and settings.embedding.query_encoder == "onnx"
+    assert KBSettings(query_encoder="model").embedding.query_encoder == "model"
     with pytest.raises(ValidationError):
         KBSettings(query_encoder="torch")
 

@@ -40,7 +40,7 @@ def test_library_callers_get_private_state_files_under_umask_000(tmp_path, embed
         release_lite(settings)
     finally:
         os.umask(old)
-    created = [p for p in settings.state_dir.rglob("*") if not p.is_symlink()]
+    created = [p for p in settings.storage.state_dir.rglob("*") if not p.is_symlink()]
     assert any(p.suffix == ".idx" for p in created) and any(p.name == "traces.db" for p in created)
     loose = [(str(p.relative_to(tmp_path)), oct(stat.S_IMODE(p.stat().st_mode))) for p in created]
     assert [entry for entry, p in zip(loose, created, strict=True) if p.stat().st_mode & 0o077] == []

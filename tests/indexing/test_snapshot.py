@@ -107,7 +107,7 @@ def test_a_new_index_version_is_read_from_milvus_and_replaces_the_snapshot(tmp_p
     assert lookup.state_source == "milvus"
     [new] = snapshot_dir(settings).glob("*.snapshot")
     assert new != old
-    assert any("conntrack" in str(row.get(settings.content_field, "")) for row in lookup.memory.rows)
+    assert any("conntrack" in str(row.get(settings.schema_fields.content_field, "")) for row in lookup.memory.rows)
     lookup.close()
 
 

@@ -59,7 +59,7 @@ KNOWN_CATEGORIES = ("redis", "mysql", "kubernetes", "linux")
 def check_result(result: LookupResult, settings: KBSettings) -> None:
     """What every result must satisfy, whatever happened: the budget holds, found agrees with the evidence."""
     summary = result.context_pack.summary
-    assert summary.used_tokens <= settings.context_budget_tokens
+    assert summary.used_tokens <= settings.evidence.context_budget_tokens
     assert result.found == bool(result.evidence_blocks) == bool(result.context_pack.blocks)
     if not result.found:
         attempts = result.retrieval_trace.attempts
@@ -101,8 +101,8 @@ class MilvusBackend:
             if settings.is_milvus_server():
                 client = MilvusClient(uri=settings.resolved_milvus_uri(), timeout=10)
                 try:
-                    if client.has_collection(settings.collection):
-                        client.release_collection(settings.collection)
+                    if client.has_collection(settings.storage.collection):
+                        client.release_collection(settings.storage.collection)
                 finally:
                     client.close()
             else:

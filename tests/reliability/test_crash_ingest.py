@@ -76,13 +76,25 @@ class State:
 def snapshot(settings: KBSettings) -> State:
     s = settings
     client = connect(s)
-    client.load_collection(s.collection)
-    fields = [s.id_field, s.source_field, s.category_field, s.content_field, s.metadata_field, s.vector_field]
+    client.load_collection(s.storage.collection)
+    fields = [
+        s.schema_fields.id_field,
+        s.schema_fields.source_field,
+        s.schema_fields.category_field,
+        s.schema_fields.content_field,
+        s.schema_fields.metadata_field,
+        s.schema_fields.vector_field,
+    ]
     rows, vectors = {}, {}
     for row in iter_rows(client, s, fields):
-        meta = {k: v for k, v in row[s.metadata_field].items() if k != "ingested_at"}
-        rows[row[s.id_field]] = (row[s.source_field], row[s.category_field], row[s.content_field], meta)
-        vectors[row[s.id_field]] = np.asarray(row[s.vector_field], dtype=np.float32)
+        meta = {k: v for k, v in row[s.schema_fields.metadata_field].items() if k != "ingested_at"}
+        rows[row[s.schema_fields.id_field]] = (
+            row[s.schema_fields.source_field],
+            row[s.schema_fields.category_field],
+            row[s.schema_fields.content_field],
+            meta,
+        )
+        vectors[row[s.schema_fields.id_field]] = np.asarray(row[s.schema_fields.vector_field], dtype=np.float32)
     client.close()
     release_lite(s)  # one process per data dir: let the next subprocess open it
     l0 = s.l0_index_path()
@@ -129,7 +141,7 @@ def _prepare(crash: Crash, name: str, start: str) -> KBSettings:
 
 
 def _converge(settings: KBSettings, target: State, embed_model) -> State:
-    again = ingest([settings.state_dir.parent / "kb"], settings, embed_model=embed_model)
+    again = ingest([settings.storage.state_dir.parent / "kb"], settings, embed_model=embed_model)
     state = snapshot(settings)
     assert set(state.rows) == set(target.rows), (
         f"chunk ids differ: {len(set(state.rows) - set(target.rows))} extra, "
@@ -159,7 +171,7 @@ SCENARIOS = [  # (start, kill point): start "empty" ingests v1 from nothing, "v1
 def test_killed_at_an_injected_point_converges(crash: Crash, embed_model, start: str, point: str) -> None:
     settings = _prepare(crash, f"{start}-{point.replace(':', '-')}", start)
     command = [sys.executable, "-m", "tests.reliability.crash_driver", "--kill-at", point, "--"]
-    command += ["ingest", str(crash.kb), "--state-dir", str(settings.state_dir), "--json"]
+    command += ["ingest", str(crash.kb), "--state-dir", str(settings.storage.state_dir), "--json"]
     run = subprocess.run(command, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=240)
     assert run.returncode == -signal.SIGKILL, f"not killed at {point} (exit {run.returncode}):\n{run.stderr[-3000:]}"
     target = crash.clean["v1" if start == "empty" else "v2"]
@@ -171,10 +183,10 @@ def test_killed_at_an_injected_point_converges(crash: Crash, embed_model, start:
 @pytest.mark.timeout(300)
 def test_console_script_killed_while_writing_converges(crash: Crash, embed_model) -> None:
     settings = _prepare(crash, "v1-console-script", "v1")
-    collection_dir = settings.resolved_milvus_uri() + "/collections/" + settings.collection
+    collection_dir = settings.resolved_milvus_uri() + "/collections/" + settings.storage.collection
     script = Path(sys.executable).parent / "kb-retrieval"
     before = _tree_bytes(collection_dir)
-    command = [str(script), "ingest", str(crash.kb), "--state-dir", str(settings.state_dir)]
+    command = [str(script), "ingest", str(crash.kb), "--state-dir", str(settings.storage.state_dir)]
     proc = subprocess.Popen(command, cwd=REPO, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 180
     while _tree_bytes(collection_dir) == before and proc.poll() is None and time.monotonic() < deadline:

@@ -90,7 +90,7 @@ def _frozen_lookups(lookup: KnowledgeLookup, processes) -> list[tuple[LookupResu
     """Two lookups in a row while the server is frozen, the first one due its freshness check; each in a thread
     joined at deadline + 5 s (a lookup held by the freeze fails the test instead of hanging it)."""
     out: list[tuple[LookupResult | None, float]] = []
-    time.sleep(lookup.settings.freshness_check_s + 0.2)  # due its check
+    time.sleep(lookup.settings.retrieval.freshness_check_s + 0.2)  # due its check
     with frozen(processes()):
         for _ in range(2):
             box: list[tuple[LookupResult, float]] = []
@@ -132,7 +132,7 @@ def test_frozen_and_restarting_milvus_server_answers_within_the_deadline(own_ser
     print(f"serving again {_recover(lookup):.1f} s after SIGCONT")
 
     # A restart: down, then starting (the lookup due its check each time), then loading its collections.
-    time.sleep(settings.freshness_check_s + 0.2)
+    time.sleep(settings.retrieval.freshness_check_s + 0.2)
     own_server.stop()
     result, seconds = _timed(lookup)
     assert seconds < DEADLINE_S + SLACK_S and result.evidence_status is EvidenceStatus.UNAVAILABLE, seconds

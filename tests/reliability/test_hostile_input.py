@@ -53,7 +53,7 @@ def test_query_that_is_not_text_is_a_clear_error(traced: KnowledgeLookup, query:
 @pytest.mark.parametrize("shape", ["alert-repeated", "one-long-word", "blank-then-text"])
 def test_one_megabyte_query_is_truncated_with_a_note(traced: KnowledgeLookup, shape: str) -> None:
     size = 1_000_000
-    limit = traced.settings.max_query_chars
+    limit = traced.settings.retrieval.max_query_chars
     query = {
         "alert-repeated": (ALERT + " ") * (size // (len(ALERT) + 1) + 1),
         "one-long-word": "RedisMemoryHigh" + "x" * size,
@@ -151,7 +151,7 @@ def test_crafted_category_cannot_reach_other_categories_through_the_lookup(
     transform = result.query_transform
     assert transform.category_filter == category, transform  # L0 derived exactly this one domain
     first = result.retrieval_trace.attempts[0]
-    assert first.filter_expr == equals_expr(settings.category_field, category)
+    assert first.filter_expr == equals_expr(settings.schema_fields.category_field, category)
     in_category = [c for r in spy.all if r.category == category for c in r.candidates]
     assert in_category and {c.category for c in in_category} == {category}
     assert first.candidate_count <= sum(1 for d in CRAFTED_DOCS.values() if f"'{category}'" in d)
@@ -164,7 +164,9 @@ def test_crafted_frontmatter_is_stored_exactly_and_cannot_forge_internal_fields(
     kb = write_kb(tmp_path / "kb", CRAFTED_DOCS)
     ingest([kb], settings, embed_model=embed_model)
     client = connect(settings)
-    rows = client.query(settings.collection, filter=equals_expr("source", "crafted/injected.md"), output_fields=["*"])
+    rows = client.query(
+        settings.storage.collection, filter=equals_expr("source", "crafted/injected.md"), output_fields=["*"]
+    )
     assert rows
     for row in rows:
         meta = row["metadata"]
@@ -201,8 +203,8 @@ def test_symlinks_leaving_the_root_are_refused(tmp_path: Path, embed_model) -> N
     assert all("outside the knowledge-base root" in reasons[s] for s in ("ops/linked-secret.md", "ops/dotdot.md"))
     assert "symlinked folder is not followed" in reasons["ops/linked-dir/"]
     client = connect(settings)
-    client.load_collection(settings.collection)
-    rows = client.query(settings.collection, filter='source != ""', output_fields=["source", "content"])
+    client.load_collection(settings.storage.collection)
+    rows = client.query(settings.storage.collection, filter='source != ""', output_fields=["source", "content"])
     assert {r["source"] for r in rows} == {"ops/real.md", "ops/alias.md"}
     assert not any("Secret outside" in r["content"] or "deep" in r["source"] for r in rows)
     assert set(L0Index.load(settings.l0_index_path()).documents) == {"ops/real.md", "ops/alias.md"}
@@ -227,7 +229,10 @@ def test_fifty_megabyte_file_is_refused_and_nothing_else_is_lost(tmp_path: Path,
     seconds = time.monotonic() - started
 
     assert [(s.source, s.reason) for s in second.skipped] == [
-        ("ops/huge.md", f"refused: {size} bytes is over the {settings.max_file_bytes}-byte limit (KB_MAX_FILE_BYTES)")
+        (
+            "ops/huge.md",
+            f"refused: {size} bytes is over the {settings.chunking.max_file_bytes}-byte limit (KB_MAX_FILE_BYTES)",
+        )
     ]
     assert (second.documents, second.documents_unchanged, second.chunks_removed, second.chunks_embedded) == (
         2,
@@ -306,7 +311,9 @@ def test_yaml_alias_bomb_is_skipped_fast_in_bounded_memory_and_the_rest_is_inges
     settings = KBSettings(state_dir=tmp_path / "state")
     summary = ingest([kb], settings, embed_model=embed_model)
     assert {s.source for s in summary.skipped} == set(reasons) and summary.documents == 2
-    rows = connect(settings).query(settings.collection, filter='source != ""', output_fields=["source", "metadata"])
+    rows = connect(settings).query(
+        settings.storage.collection, filter='source != ""', output_fields=["source", "metadata"]
+    )
     assert {r["source"] for r in rows} == {"ops/a.md", "ops/anchors.md"}
     assert max(len(json.dumps(r["metadata"])) for r in rows) < 32_768
     assert next(r for r in rows if r["source"] == "ops/anchors.md")["metadata"]["owner"] == {"team": "sre"}

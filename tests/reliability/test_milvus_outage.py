@@ -67,7 +67,7 @@ def outage(tmp_path_factory, embed_model, sample_settings) -> Iterator[Outage]:
         ingest([kb], settings, embed_model=embed_model)
 
         def make(mode: str, **kwargs) -> KnowledgeLookup:
-            store = TraceStore(f"sqlite:///{settings.state_dir / f'traces-{mode}.db'}")
+            store = TraceStore(f"sqlite:///{settings.storage.state_dir / f'traces-{mode}.db'}")
             return KnowledgeLookup(
                 settings.model_copy(update={"vector_store_mode": mode}),
                 embed_model=embed_model,
@@ -177,11 +177,11 @@ def test_hung_server_fails_within_the_search_deadline_then_recovers(outage: Outa
     for mode in hung:
         assert mode in results, f"{mode}: no answer within {DOWN_BOUND_S * 2:.0f} s from a hung server"
         result, seconds = results[mode]
-        deadline = outage.settings.milvus_search_timeout_s
+        deadline = outage.settings.storage.milvus_search_timeout_s
         assert result.found is False and seconds < len(result.retrieval_trace.attempts) * deadline + 5, seconds
         assert all(a.outcome in ("error", "skipped") for a in result.retrieval_trace.attempts)
         assert result.evidence_status is EvidenceStatus.UNAVAILABLE
-        assert seconds < outage.settings.lookup_timeout_s + 3, seconds  # one deadline for the whole lookup
+        assert seconds < outage.settings.retrieval.lookup_timeout_s + 3, seconds  # one deadline for the whole lookup
         assert "DEADLINE_EXCEEDED" in (result.retrieval_trace.attempts[0].error or ""), result.retrieval_trace
     recovered = _wait_until_serving(hung)
     took = {mode: round(seconds, 1) for mode, (_, seconds) in results.items()}

@@ -187,7 +187,7 @@ def silent_server() -> Iterator[int]:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("wait", [False, True], ids=["queued", "waited"])
 def test_hung_trace_database_holds_the_answer_only_briefly(tmp_path, sample_settings, embed_model, caplog, wait):
-    """KBSettings.trace_timeout_s bounds every wait; libpq alone would wait out the URL's connect_timeout (20 s).
+    """KBSettings.trace.timeout_s bounds every wait; libpq alone would wait out the URL's connect_timeout (20 s).
 
     Queued rows: the lookups do not wait at all, and closing the store gives up the rows the database never took,
     each counted. Waited-for rows: each lookup waits its bound and says its row was not recorded."""

@@ -63,11 +63,11 @@ def test_thresholds_rise_to_the_background_and_never_below_the_settings():
     high = Background(50, (0.40, 0.49, 0.53, 0.63, 0.65, 0.73, 0.79), "measured")
     assert len(low.quantiles) == len(QUANTILES)
     on_low, on_high = calibrate(low, SETTINGS), calibrate(high, SETTINGS)
-    assert (on_low.evidence_threshold, on_low.relevance_high) == (SETTINGS.evidence_threshold, 0.6)
+    assert (on_low.evidence_threshold, on_low.relevance_high) == (SETTINGS.evidence.evidence_threshold, 0.6)
     assert (on_high.evidence_threshold, on_high.relevance_high) == (0.49, 0.65)
     assert on_high.source == "measured" and on_high.as_trace()["background"]["q20"] == 0.49
     off = calibrate(high, SETTINGS.model_copy(update={"calibrate_thresholds": False}))
-    assert (off.source, off.evidence_threshold) == ("settings", SETTINGS.evidence_threshold)
+    assert (off.source, off.evidence_threshold) == ("settings", SETTINGS.evidence.evidence_threshold)
     assert "calibrate_thresholds is off" in off.reason
 
 
@@ -81,7 +81,7 @@ def test_a_kb_with_too_few_topical_sections_keeps_the_settings():
     measured = measure(rows, np.eye(len(rows)), SETTINGS, embed)
     assert measured.quantiles == () and f"< {MIN_SAMPLES}" in measured.reason
     used = calibrate(measured, SETTINGS)
-    assert used.source == "settings" and used.evidence_threshold == SETTINGS.evidence_threshold
+    assert used.source == "settings" and used.evidence_threshold == SETTINGS.evidence.evidence_threshold
 
 
 def _block(source: str, similarity: float) -> EvidenceBlock:
@@ -169,7 +169,7 @@ def memory_lookup(sample_settings):
 def test_the_sample_kb_measures_its_background_and_the_trace_says_so(memory_lookup):
     calibration = memory_lookup.pipeline.attempts.calibration
     assert calibration.source == "measured" and calibration.samples >= MIN_SAMPLES
-    assert calibration.evidence_threshold >= memory_lookup.settings.evidence_threshold
+    assert calibration.evidence_threshold >= memory_lookup.settings.evidence.evidence_threshold
     assert calibration.relevance_high >= memory_lookup.settings.scoring.relevance_high
     # measured once per state: a settings variant reuses it, and its own thresholds follow its settings
     variant = memory_lookup.with_settings(evidence_threshold=0.9)
@@ -184,7 +184,7 @@ def test_on_the_milvus_plan_the_settings_apply_and_the_trace_says_why(sample_loo
     calibration = sample_lookup.pipeline.attempts.calibration
     assert sample_lookup.pipeline.state.memory is None
     assert calibration.source == "settings" and "milvus plan" in calibration.reason
-    assert calibration.evidence_threshold == sample_lookup.settings.evidence_threshold
+    assert calibration.evidence_threshold == sample_lookup.settings.evidence.evidence_threshold
 
 
 def test_the_background_is_kept_per_index_version_and_read_back(memory_lookup, tmp_path):

@@ -84,7 +84,7 @@ def test_the_static_signals_leave_out_what_every_runbook_shares(runbooks_lookup)
     assert kept.static_common is None and removed.static_common is not None and len(removed) > 100
     right = RUNBOOKS + "node/NodeNetworkTransmitErrs.md"
     for vectors, median_range in ((kept, (0.1, 0.4)), (removed, (-0.05, 0.05))):
-        sims = vectors.similarities([1.0] * runbooks_lookup.settings.dim, vectors.sources, question)
+        sims = vectors.similarities([1.0] * runbooks_lookup.settings.schema_fields.dim, vectors.sources, question)
         static = np.array([sims[s][3] for s in vectors.sources])
         assert median_range[0] < float(np.median(static)) < median_range[1]
         assert int((static > sims[right][3]).sum()) < 5  # the right runbook among the first five either way

@@ -47,7 +47,7 @@ def two_searches_in_a_row(hybrid: HybridRetriever, embedding: list[float], query
     s = hybrid.settings
     dense = hybrid.dense.search(embedding, category).candidates
     exact, _ = hybrid._exact(query)
-    hits = hybrid.lexical.search(query, s.lexical_top_k, category)
+    hits = hybrid.lexical.search(query, s.retrieval.lexical_top_k, category)
     known = {c.chunk_id for c in dense}
     missing = [c for c in exact if c not in known]
     missing += [h.chunk_id for h in hits if h.chunk_id not in known and h.score >= s.lexical_rescore_min]
@@ -106,7 +106,7 @@ def test_a_hit_deleted_before_its_row_is_read_is_left_out(in_process, embed_mode
     original = lookup.client.query
 
     def without_the_first(*args, **kwargs):  # the first hit's row is gone by the time it is read
-        return [row for row in original(*args, **kwargs) if row[lookup.settings.id_field] != expected[0]]
+        return [row for row in original(*args, **kwargs) if row[lookup.settings.schema_fields.id_field] != expected[0]]
 
     lookup.client.query = without_the_first
     try:

@@ -153,7 +153,7 @@ def test_hybrid_similarity_equals_the_dense_search(bm25_lookup, embed_model):
 def test_hybrid_dense_candidates_are_the_dense_top_k(bm25_lookup, embed_model):
     """The dense part of the hybrid answer is what a dense search returns, in the same order."""
     embedding = embed_query(embed_model, QUERY)
-    top_k = bm25_lookup.settings.top_k
+    top_k = bm25_lookup.settings.retrieval.top_k
     hybrid = bm25_lookup.hybrid.search(embedding, QUERY, "mysql")
     dense = bm25_lookup.dense.search(embedding, "mysql")
     assert [c.chunk_id for c in hybrid.candidates[: len(dense.candidates)]] == [c.chunk_id for c in dense.candidates]
@@ -201,14 +201,14 @@ def test_a_row_without_analysed_text_is_written_on_lite(tmp_path, embed_model):
     lookup = KnowledgeLookup(settings, embed_model=embed_model)
     embedding = embed_query(embed_model, QUERY)
     row = {
-        settings.id_field: "other-writer-1",
-        settings.content_field: QUERY,
-        settings.vector_field: embedding,
-        settings.metadata_field: {"title": "other"},
-        settings.category_field: "other",
-        settings.source_field: "other.md",
+        settings.schema_fields.id_field: "other-writer-1",
+        settings.schema_fields.content_field: QUERY,
+        settings.schema_fields.vector_field: embedding,
+        settings.schema_fields.metadata_field: {"title": "other"},
+        settings.schema_fields.category_field: "other",
+        settings.schema_fields.source_field: "other.md",
     }
-    lookup.client.insert(settings.collection, [row])
+    lookup.client.insert(settings.storage.collection, [row])
     found = lookup.hybrid.search(embedding, QUERY, None)
     assert found.candidates[0].chunk_id == "other-writer-1" and "other-writer-1" not in found.lexical_scores
     lookup.close()

@@ -12,7 +12,7 @@ def test_the_runbooks_keep_the_configured_weights(runbooks_lookup) -> None:
     fit = runbooks_lookup.state.rank_fit
     assert fit is not None and fit.queries == runbooks_lookup.settings.scoring.fit_queries
     assert not fit.fitted, fit.describe()
-    assert load_fit(runbooks_lookup.settings.state_dir, runbooks_lookup.state.index_version) == fit
+    assert load_fit(runbooks_lookup.settings.storage.state_dir, runbooks_lookup.state.index_version) == fit
     ranker = runbooks_lookup.pipeline.postprocessors[2]
     assert ranker.weights == runbooks_lookup.settings.scoring.ranking_weights()
     assert ranker.mixture.startswith("as set (kept")
@@ -51,7 +51,8 @@ def test_a_fitted_lexical_weight_reaches_the_ranker_and_its_hit_reason(tmp_path,
     configured = settings.scoring.ranking_weights()
     weights = mixture(configured, 0.0, 0.0, 16.0)
     store_fit(
-        settings.state_dir, RankFit(version, weights, 0.0, 0.0, 60, "fitted on 60 pseudo-queries", lexical_weight=16.0)
+        settings.storage.state_dir,
+        RankFit(version, weights, 0.0, 0.0, 60, "fitted on 60 pseudo-queries", lexical_weight=16.0),
     )
     lookup = KnowledgeLookup(settings)
     try:

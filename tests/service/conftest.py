@@ -74,7 +74,7 @@ def service_state(tmp_path_factory: pytest.TempPathFactory, embed_model) -> Path
     summary = ingest([kb], settings, embed_model=embed_model)
     assert summary.documents == len(list(kb.rglob("*.md")))
     release_lite(settings)  # the copies are opened by other processes
-    return settings.state_dir
+    return settings.storage.state_dir
 
 
 @pytest.fixture(scope="session")

@@ -80,7 +80,7 @@ def test_the_holder_of_the_lock_is_found(held: KBSettings) -> None:
 @pytest.mark.unit
 def test_a_file_naming_a_process_that_does_not_hold_the_dir_is_ignored(held: KBSettings, tmp_path: Path) -> None:
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    record = {"url": "http://127.0.0.1:9", "pid": int(gone.stdout), "collection": held.collection, "milvus": ""}
+    record = {"url": "http://127.0.0.1:9", "pid": int(gone.stdout), "collection": held.storage.collection, "milvus": ""}
     serve_file(held).write_text(json.dumps(record))
     assert find_server(held) is None  # a server killed without cleaning up
     withdraw(held)
@@ -100,6 +100,6 @@ def test_a_server_wanting_a_token_is_named_without_one(held: KBSettings, capsys,
     announce(held, "http://127.0.0.1:9", token_required=True)
     for name in ("KB_SERVER_URL", "KB_SERVER_TOKEN"):
         monkeypatch.delenv(name, raising=False)
-    assert main(["lookup", "--state-dir", str(held.state_dir), "disk full"]) == 2
+    assert main(["lookup", "--state-dir", str(held.storage.state_dir), "disk full"]) == 2
     said = capsys.readouterr().err
     assert f"held by kb-retrieval serve (pid {os.getpid()}) at http://127.0.0.1:9, which wants a token" in said

@@ -223,7 +223,7 @@ def _compare_args(golden: str, out: str, state_dir: str) -> argparse.Namespace:
 def test_compare_command_is_byte_identical_across_runs(golden_subset, sample_settings, tmp_path, capsys, monkeypatch):
     shutil.copy(golden_subset, tmp_path / "subset.jsonl")
     monkeypatch.chdir(tmp_path)
-    state_dir = str(sample_settings.state_dir)
+    state_dir = str(sample_settings.storage.state_dir)
     assert run_compare_command(_compare_args("subset.jsonl", "a", state_dir)) == 0
     assert run_compare_command(_compare_args("subset.jsonl", "b", state_dir)) == 0
     assert "mean overlap@5" in capsys.readouterr().out

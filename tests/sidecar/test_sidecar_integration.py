@@ -19,7 +19,7 @@ def test_stock_sidecar_answers_and_leaves_the_main_result_unchanged(sample_setti
     # No model given, as sample_lookup: queries through the same (ONNX) encoder, so the main results compare.
     lookup = KnowledgeLookup(sample_settings.model_copy(update={"sidecar_enabled": True}))
     try:
-        detail = lookup_with_sidecar(lookup, ALERT)  # the sidecar created by the core from KBSettings.sidecar_factory
+        detail = lookup_with_sidecar(lookup, ALERT)  # the sidecar created by the core from KBSettings.sidecar.factory
         result, ranking, run = detail.result, detail.ranking, sidecar_run(detail.sidecar)
         details = lookup.traces.rows()[-1].retrieval_details
     finally:
@@ -30,7 +30,7 @@ def test_stock_sidecar_answers_and_leaves_the_main_result_unchanged(sample_setti
     assert ranking and ranking[0].source == "redis/memory-usage-high.md"
 
     # comparable results: one per source, ranked, labelled with the path and the collection metric's semantics
-    assert run.chunk_count == sample_settings.top_k
+    assert run.chunk_count == sample_settings.retrieval.top_k
     sources = [r.source for r in run.results]
     assert sources[0] == "redis/memory-usage-high.md"
     assert len(sources) == len(set(sources)) and [r.rank for r in run.results] == list(range(1, len(sources) + 1))

@@ -53,9 +53,9 @@ def _details(lookup: KnowledgeLookup) -> dict:
 
 def test_disabled_by_default(monkeypatch, sample_lookup):
     monkeypatch.delenv("KB_SIDECAR_ENABLED", raising=False)
-    assert KBSettings().sidecar_enabled is False
+    assert KBSettings().sidecar.enabled is False
     monkeypatch.setenv("KB_SIDECAR_ENABLED", "true")
-    assert KBSettings().sidecar_enabled is True  # enabling is that one setting
+    assert KBSettings().sidecar.enabled is True  # enabling is that one setting
 
     assert sample_lookup.sidecar is None
     detail = lookup_with_sidecar(sample_lookup, QUERY)

@@ -93,11 +93,11 @@ def connect(settings: KBSettings) -> MilvusClient:
     """A client for the configured URI: a Milvus Lite file (created on demand) or a reachable server."""
     uri = settings.resolved_milvus_uri()
     if settings.is_milvus_server():
-        _check_reachable(uri, settings.milvus_timeout_s, settings)
-        token = settings.milvus_token.get_secret_value()
+        _check_reachable(uri, settings.storage.milvus_timeout_s, settings)
+        token = settings.storage.milvus_token.get_secret_value()
         try:
-            options = _served_lite_options(uri, token, settings.milvus_timeout_s)
-            return MilvusClient(uri=uri, token=token, timeout=settings.milvus_timeout_s, **options)
+            options = _served_lite_options(uri, token, settings.storage.milvus_timeout_s)
+            return MilvusClient(uri=uri, token=token, timeout=settings.storage.milvus_timeout_s, **options)
         except Exception as exc:  # the message names the URI: its password and the token are masked
             raise MilvusUnavailableError(settings.mask(f"cannot connect to Milvus at {uri}: {exc}")) from None
     private_dirs(Path(uri))  # its files hold the knowledge base's text: the owner's only, whatever the umask

@@ -29,7 +29,7 @@ def iter_rows(
     On a server a collection of fewer rows than half the query window is read in one query: the query iterator of
     Milvus 2.3 waits for the next time tick on every page (~1.3 s for 50 rows, measured), one strong query once.
     """
-    name = collection or settings.collection
+    name = collection or settings.storage.collection
     if settings.is_milvus_server():
         counted = client.query(name, filter="", output_fields=["count(*)"])
         if counted and int(counted[0]["count(*)"]) < QUERY_WINDOW // 2:
@@ -58,6 +58,6 @@ def count_rows(client: MilvusClient, settings: KBSettings, *, collection: str | 
     (0 right after an ingest) and still counts deleted rows until compaction.
     """
     rows = client.query(
-        collection or settings.collection, filter="", output_fields=["count(*)"], consistency_level="Strong"
+        collection or settings.storage.collection, filter="", output_fields=["count(*)"], consistency_level="Strong"
     )
     return int(rows[0]["count(*)"]) if rows else 0

@@ -49,29 +49,31 @@ def build_schema(settings: KBSettings, *, full_text: bool = False, lite: bool = 
     (whether Milvus 2.5 takes one on a BM25 input field was not tried here).
     """
     schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
-    schema.add_field(settings.id_field, DataType.VARCHAR, is_primary=True, max_length=VARCHAR_LIMITS["id"])
-    schema.add_field(settings.content_field, DataType.VARCHAR, max_length=VARCHAR_LIMITS["content"])
-    schema.add_field(settings.vector_field, DataType.FLOAT_VECTOR, dim=settings.dim)
-    schema.add_field(settings.metadata_field, DataType.JSON)
-    schema.add_field(settings.category_field, DataType.VARCHAR, max_length=VARCHAR_LIMITS["category"])
-    schema.add_field(settings.source_field, DataType.VARCHAR, max_length=VARCHAR_LIMITS["source"])
+    schema.add_field(
+        settings.schema_fields.id_field, DataType.VARCHAR, is_primary=True, max_length=VARCHAR_LIMITS["id"]
+    )
+    schema.add_field(settings.schema_fields.content_field, DataType.VARCHAR, max_length=VARCHAR_LIMITS["content"])
+    schema.add_field(settings.schema_fields.vector_field, DataType.FLOAT_VECTOR, dim=settings.schema_fields.dim)
+    schema.add_field(settings.schema_fields.metadata_field, DataType.JSON)
+    schema.add_field(settings.schema_fields.category_field, DataType.VARCHAR, max_length=VARCHAR_LIMITS["category"])
+    schema.add_field(settings.schema_fields.source_field, DataType.VARCHAR, max_length=VARCHAR_LIMITS["source"])
     if full_text:
         # The text arrives analysed (kb_retrieval.retrieval.bm25.analysed_text); the standard analyser keeps it.
         schema.add_field(
-            settings.lexical_text_field,
+            settings.schema_fields.lexical_text_field,
             DataType.VARCHAR,
             max_length=VARCHAR_LIMITS["content"],
             enable_analyzer=True,
             analyzer_params={"type": "standard"},
             **({"default_value": ""} if lite else {}),
         )
-        schema.add_field(settings.sparse_field, DataType.SPARSE_FLOAT_VECTOR)
+        schema.add_field(settings.schema_fields.sparse_field, DataType.SPARSE_FLOAT_VECTOR)
         schema.add_function(
             Function(
                 name=BM25_FUNCTION,
                 function_type=FunctionType.BM25,
-                input_field_names=[settings.lexical_text_field],
-                output_field_names=[settings.sparse_field],
+                input_field_names=[settings.schema_fields.lexical_text_field],
+                output_field_names=[settings.schema_fields.sparse_field],
             )
         )
     return schema
@@ -105,20 +107,21 @@ def full_text_off(client: MilvusClient, settings: KBSettings) -> str | None:
     A capability check on the collection itself, not a version guess: a collection created before this feature,
     or on an engine without full-text search (the Milvus 2.3 server), has no such function.
     """
-    if not settings.lexical_text_field or not settings.sparse_field:
+    if not settings.schema_fields.lexical_text_field or not settings.schema_fields.sparse_field:
         return "no analysed text field configured (KB_LEXICAL_TEXT_FIELD)"
-    for function in client.describe_collection(settings.collection).get("functions") or []:
+    for function in client.describe_collection(settings.storage.collection).get("functions") or []:
         kind = function.get("type")
         if (
             str(getattr(kind, "name", kind)).upper() == "BM25"
-            and list(function.get("input_field_names") or []) == [settings.lexical_text_field]
-            and list(function.get("output_field_names") or []) == [settings.sparse_field]
+            and list(function.get("input_field_names") or []) == [settings.schema_fields.lexical_text_field]
+            and list(function.get("output_field_names") or []) == [settings.schema_fields.sparse_field]
         ):
             return None
     return (
-        f"collection '{settings.collection}' has no BM25 function from '{settings.lexical_text_field}' into "
-        f"'{settings.sparse_field}' (made before full-text search, or on an engine without it such as Milvus 2.3; "
-        "re-create it with `kb-retrieval ingest` to use it): BM25 runs in process"
+        f"collection '{settings.storage.collection}' has no BM25 function from "
+        f"'{settings.schema_fields.lexical_text_field}' into "
+        f"'{settings.schema_fields.sparse_field}' (made before full-text search, or on an engine without it "
+        "such as Milvus 2.3; re-create it with `kb-retrieval ingest` to use it): BM25 runs in process"
     )
 
 
@@ -139,10 +142,10 @@ def vector_index(settings: KBSettings, *, lite: bool) -> tuple[str, dict[str, An
 
     Milvus Lite 3.2.2 at 100k vectors: FLAT ~161 ms a search, HNSW ~529 ms; a Milvus 2.3 server with HNSW ~5 ms.
     """
-    index_type = settings.index_type
+    index_type = settings.storage.index_type
     if index_type == "auto":
         index_type = "FLAT" if lite else "HNSW"
-    params = dict(settings.index_params) or dict(DEFAULT_INDEX_PARAMS.get(index_type, {}))
+    params = dict(settings.storage.index_params) or dict(DEFAULT_INDEX_PARAMS.get(index_type, {}))
     return index_type, params
 
 
@@ -153,19 +156,19 @@ def search_params(settings: KBSettings, limit: int) -> dict[str, Any]:
         >>> search_params(KBSettings(index_type="HNSW"), 20)
         {'metric_type': 'COSINE', 'params': {'ef': 64}}
     """
-    params: dict[str, Any] = dict(settings.search_params)
-    if not params and settings.index_type in ("auto", "HNSW"):
+    params: dict[str, Any] = dict(settings.storage.search_params)
+    if not params and settings.storage.index_type in ("auto", "HNSW"):
         params = {"ef": max(DEFAULT_HNSW_EF, limit)}  # FLAT (auto on Lite) ignores it
-    elif not params and settings.index_type == "IVF_FLAT":
+    elif not params and settings.storage.index_type == "IVF_FLAT":
         params = {"nprobe": DEFAULT_IVF_NPROBE}
     if "ef" in params:
         params["ef"] = max(int(params["ef"]), limit)
-    return {"metric_type": settings.metric, "params": params}
+    return {"metric_type": settings.schema_fields.metric, "params": params}
 
 
 def ensure_collection(client: MilvusClient, settings: KBSettings, *, create: bool = True) -> None:
     """Create the collection when it is missing (if ``create``), else check it; then load it for search."""
-    name = settings.collection
+    name = settings.storage.collection
     if not client.has_collection(name):
         if not create:
             raise SchemaMismatchError(
@@ -175,11 +178,20 @@ def ensure_collection(client: MilvusClient, settings: KBSettings, *, create: boo
             )
         lite = is_lite_engine(client, settings)
         index_type, params = vector_index(settings, lite=lite)
-        full_text = bool(settings.lexical_text_field and settings.sparse_field) and engine_has_full_text(client, lite)
+        full_text = bool(
+            settings.schema_fields.lexical_text_field and settings.schema_fields.sparse_field
+        ) and engine_has_full_text(client, lite)
         index_params = client.prepare_index_params()
-        index_params.add_index(settings.vector_field, index_type=index_type, metric_type=settings.metric, params=params)
+        index_params.add_index(
+            settings.schema_fields.vector_field,
+            index_type=index_type,
+            metric_type=settings.schema_fields.metric,
+            params=params,
+        )
         if full_text:
-            index_params.add_index(settings.sparse_field, index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
+            index_params.add_index(
+                settings.schema_fields.sparse_field, index_type="SPARSE_INVERTED_INDEX", metric_type="BM25"
+            )
         create_collection(client, name, build_schema(settings, full_text=full_text, lite=lite), index_params, settings)
     else:
         validate_collection(client, settings)
@@ -194,7 +206,7 @@ def create_collection(client: MilvusClient, name: str, schema: Any, index_params
     new, empty collection cost 0.5 s (2.5 s of a fresh ingest's 8.9 s). Nothing is in the collection to build, and
     loading it waits on the server for what it needs."""
     try:
-        client.create_collection(name, schema=schema, consistency_level=settings.consistency_level)
+        client.create_collection(name, schema=schema, consistency_level=settings.storage.consistency_level)
     except MilvusException:
         if not client.has_collection(name):
             raise
@@ -242,26 +254,26 @@ def companion_problem(client: MilvusClient, name: str, required: set[str]) -> st
 
 def validate_collection(client: MilvusClient, settings: KBSettings) -> None:
     """Raise :class:`SchemaMismatchError` naming every way the collection differs from the settings."""
-    name = settings.collection
+    name = settings.storage.collection
     description = client.describe_collection(name)
     fields = {f["name"]: f for f in description["fields"]}
     problems: list[str] = []
     expected = {
-        settings.id_field: DataType.VARCHAR,
-        settings.content_field: DataType.VARCHAR,
-        settings.vector_field: DataType.FLOAT_VECTOR,
-        settings.metadata_field: DataType.JSON,
-        settings.category_field: DataType.VARCHAR,
-        settings.source_field: DataType.VARCHAR,
+        settings.schema_fields.id_field: DataType.VARCHAR,
+        settings.schema_fields.content_field: DataType.VARCHAR,
+        settings.schema_fields.vector_field: DataType.FLOAT_VECTOR,
+        settings.schema_fields.metadata_field: DataType.JSON,
+        settings.schema_fields.category_field: DataType.VARCHAR,
+        settings.schema_fields.source_field: DataType.VARCHAR,
     }
-    optional = {settings.metadata_field, settings.category_field}
+    optional = {settings.schema_fields.metadata_field, settings.schema_fields.category_field}
     for field_name, data_type in expected.items():
         found = fields.get(field_name)
         if found is None and field_name in optional:
             continue  # a collection written by another tool: the features that need it are off (features_off)
         if (
             found is None
-            and field_name == settings.source_field
+            and field_name == settings.schema_fields.source_field
             and _dynamic_key(client, name, description, field_name)
         ):
             continue  # stock MilvusVectorStore keeps node metadata (file_path, file_name) as dynamic keys
@@ -269,17 +281,20 @@ def validate_collection(client: MilvusClient, settings: KBSettings) -> None:
             problems.append(f"missing field '{field_name}' ({data_type.name})" + _stock_hint(field_name, settings))
         elif found["type"] != data_type:
             problems.append(f"field '{field_name}' is {found['type'].name}, expected {data_type.name}")
-    title = settings.title_field
+    title = settings.schema_fields.title_field
     if title and title not in fields and not _dynamic_key(client, name, description, title):
         problems.append(f"no field or dynamic key '{title}' holding text (KB_TITLE_FIELD)")
-    vector = fields.get(settings.vector_field)
+    vector = fields.get(settings.schema_fields.vector_field)
     if vector is not None and vector["type"] == DataType.FLOAT_VECTOR:
         dim = int(vector.get("params", {}).get("dim", -1))
-        if dim != settings.dim:
-            problems.append(f"vector field '{settings.vector_field}' has dimension {dim}, expected {settings.dim}")
-        metric = _index_metric(client, name, settings.vector_field)
-        if metric is not None and metric.upper() != settings.metric:
-            problems.append(f"vector index metric is {metric}, expected {settings.metric} (KB_METRIC)")
+        if dim != settings.schema_fields.dim:
+            problems.append(
+                f"vector field '{settings.schema_fields.vector_field}' has dimension {dim}, expected "
+                f"{settings.schema_fields.dim}"
+            )
+        metric = _index_metric(client, name, settings.schema_fields.vector_field)
+        if metric is not None and metric.upper() != settings.schema_fields.metric:
+            problems.append(f"vector index metric is {metric}, expected {settings.schema_fields.metric} (KB_METRIC)")
     if problems:
         raise SchemaMismatchError(
             f"Milvus collection '{name}' does not match the configuration: " + "; ".join(problems)
@@ -295,7 +310,7 @@ def _dynamic_key(client: MilvusClient, name: str, description: dict[str, Any], k
 
 
 def _stock_hint(field_name: str, settings: KBSettings) -> str:
-    if field_name != settings.source_field:
+    if field_name != settings.schema_fields.source_field:
         return ""
     return (
         " (a collection written by stock LlamaIndex MilvusVectorStore keeps each node's file_path and file_name as "
@@ -307,12 +322,12 @@ def features_off(client: MilvusClient, settings: KBSettings) -> dict[str, str]:
     """Features the collection cannot serve, each with the reason: a collection written by another tool (e.g. stock
     LlamaIndex ``MilvusVectorStore``) has no category field (no domain filter) and no metadata field (no titles,
     breadcrumbs or keywords on candidates)."""
-    fields = {f["name"] for f in client.describe_collection(settings.collection)["fields"]}
+    fields = {f["name"] for f in client.describe_collection(settings.storage.collection)["fields"]}
     off: dict[str, str] = {}
-    if not settings.category_field or settings.category_field not in fields:
-        off["category_filter"] = f"no category field '{settings.category_field}' in the collection"
-    if not settings.metadata_field or settings.metadata_field not in fields:
-        off["metadata"] = f"no metadata field '{settings.metadata_field}' in the collection"
+    if not settings.schema_fields.category_field or settings.schema_fields.category_field not in fields:
+        off["category_filter"] = f"no category field '{settings.schema_fields.category_field}' in the collection"
+    if not settings.schema_fields.metadata_field or settings.schema_fields.metadata_field not in fields:
+        off["metadata"] = f"no metadata field '{settings.schema_fields.metadata_field}' in the collection"
     return off
 
 
@@ -324,9 +339,9 @@ def without_missing_fields(client: MilvusClient, settings: KBSettings) -> KBSett
         update["category_field"] = ""
     if "metadata" in off:
         update["metadata_field"] = ""
-        if not settings.title_field and (title := stock_title_key(client, settings)):
+        if not settings.schema_fields.title_field and (title := stock_title_key(client, settings)):
             update["title_field"] = title
-    return settings.model_copy(update=update) if update else settings
+    return settings.updated(**update) if update else settings
 
 
 #: Node metadata keys that hold a title in a collection written by stock LlamaIndex (``MilvusVectorStore`` keeps
@@ -336,10 +351,10 @@ STOCK_TITLE_KEYS = ("title", "document_title")
 
 def stock_title_key(client: MilvusClient, settings: KBSettings) -> str | None:
     """The first of :data:`STOCK_TITLE_KEYS` the collection keeps as a dynamic field holding text, or None."""
-    description = client.describe_collection(settings.collection)
+    description = client.describe_collection(settings.storage.collection)
     fields = {f["name"] for f in description["fields"]}
     for key in STOCK_TITLE_KEYS:
-        if key in fields or _dynamic_key(client, settings.collection, description, key):
+        if key in fields or _dynamic_key(client, settings.storage.collection, description, key):
             return key
     return None
 

@@ -115,8 +115,13 @@ class TwoPaths(Protocol):
 
 def output_fields(settings: KBSettings) -> list[str]:
     """The fields a search returns with each hit (those the collection has)."""
-    fields = [settings.content_field, settings.source_field, settings.category_field, settings.metadata_field]
-    fields += [settings.title_field] if settings.title_field not in fields else []
+    fields = [
+        settings.schema_fields.content_field,
+        settings.schema_fields.source_field,
+        settings.schema_fields.category_field,
+        settings.schema_fields.metadata_field,
+    ]
+    fields += [settings.schema_fields.title_field] if settings.schema_fields.title_field not in fields else []
     return [f for f in fields if f]  # "" = the collection has no such field
 
 
@@ -130,14 +135,15 @@ def to_candidate(
     path: PathName,
 ) -> Candidate:
     """Map one hit's fields into the shared candidate shape, keeping the raw score and its label."""
-    label = ScoreLabel.for_metric(settings.metric)
-    meta = (fields.get(settings.metadata_field) if settings.metadata_field else None) or {}
+    label = ScoreLabel.for_metric(settings.schema_fields.metric)
+    meta = (fields.get(settings.schema_fields.metadata_field) if settings.schema_fields.metadata_field else None) or {}
     return Candidate(
         chunk_id=str(chunk_id),
-        source=str(fields.get(settings.source_field) or meta.get("source") or chunk_id),
+        source=str(fields.get(settings.schema_fields.source_field) or meta.get("source") or chunk_id),
         title=meta.get("title") or title_of(settings, fields),
         breadcrumb=meta.get("breadcrumb"),
-        category=(fields.get(settings.category_field) if settings.category_field else None) or None,
+        category=(fields.get(settings.schema_fields.category_field) if settings.schema_fields.category_field else None)
+        or None,
         content=content,
         keywords=list(meta.get("keywords") or []),
         entities=list(meta.get("entities") or []),
@@ -155,7 +161,7 @@ def to_candidate(
 def title_of(settings: KBSettings, fields: dict[str, Any]) -> str | None:
     """The title a collection without our metadata field keeps in ``title_field`` (a stock collection's node
     metadata), or None."""
-    title = fields.get(settings.title_field) if settings.title_field else None
+    title = fields.get(settings.schema_fields.title_field) if settings.schema_fields.title_field else None
     return title if isinstance(title, str) and title else None
 
 

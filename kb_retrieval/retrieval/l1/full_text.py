@@ -81,7 +81,7 @@ def milvus_hybrid_search(
         requests.append(
             AnnSearchRequest(
                 data=[terms],
-                anns_field=settings.sparse_field,
+                anns_field=settings.schema_fields.sparse_field,
                 param={"metric_type": "BM25"},
                 limit=request.lexical_top_k,
                 expr=expr,
@@ -92,19 +92,21 @@ def milvus_hybrid_search(
         requests.append(_dense_request(settings, embedding, request.ids_count, request.ids_filter))
         weights.append(0.0)
     hits = client.hybrid_search(
-        settings.collection,
+        settings.storage.collection,
         requests,
         ranker=WeightedRanker(*weights, norm_score=False),
         limit=sum(r.limit for r in requests),
-        output_fields=[*output_fields(settings), settings.vector_field],
-        timeout=settings.milvus_search_timeout_s if timeout is None else timeout,
+        output_fields=[*output_fields(settings), settings.schema_fields.vector_field],
+        timeout=settings.storage.milvus_search_timeout_s if timeout is None else timeout,
     )[0]
     result = L1Search(path=path)
     if not hits:
         return result
     # One matrix product for every hit (one at a time cost ~0.05 ms a hit on this machine).
     scores = dense_scores(
-        np.asarray(embedding, dtype=np.float32), [hit["entity"][settings.vector_field] for hit in hits], settings.metric
+        np.asarray(embedding, dtype=np.float32),
+        [hit["entity"][settings.schema_fields.vector_field] for hit in hits],
+        settings.schema_fields.metric,
     )
     for hit, score in zip(hits, scores.tolist(), strict=True):
         fields = hit["entity"]
@@ -115,7 +117,7 @@ def milvus_hybrid_search(
                 chunk_id=chunk_id,
                 raw_score=score,
                 fields=fields,
-                content=fields.get(settings.content_field, ""),
+                content=fields.get(settings.schema_fields.content_field, ""),
                 path=path,
             )
         )
@@ -131,19 +133,19 @@ def fetched_and_scored(
     their dense score here (:func:`dense_scores`), best first: what a dense search restricted to them returns, to
     float32 precision; and each chunk's vector (float32), for the caller to keep."""
     rows = client.query(
-        settings.collection,
+        settings.storage.collection,
         filter=expr,
-        output_fields=[*output_fields(settings), settings.vector_field],
-        timeout=settings.milvus_search_timeout_s if timeout is None else timeout,
+        output_fields=[*output_fields(settings), settings.schema_fields.vector_field],
+        timeout=settings.storage.milvus_search_timeout_s if timeout is None else timeout,
     )
     result = L1Search(path=path)
     if not rows:
         return result, {}
-    vectors = np.asarray([row.pop(settings.vector_field) for row in rows], dtype=np.float32)
-    scores = dense_scores(np.asarray(embedding, dtype=np.float32), vectors, settings.metric)
+    vectors = np.asarray([row.pop(settings.schema_fields.vector_field) for row in rows], dtype=np.float32)
+    scores = dense_scores(np.asarray(embedding, dtype=np.float32), vectors, settings.schema_fields.metric)
     kept: dict[str, np.ndarray] = {}
-    for i in np.argsort(scores if settings.metric.upper() == "L2" else -scores, kind="stable").tolist():
-        row, chunk_id = rows[i], str(rows[i][settings.id_field])
+    for i in np.argsort(scores if settings.schema_fields.metric.upper() == "L2" else -scores, kind="stable").tolist():
+        row, chunk_id = rows[i], str(rows[i][settings.schema_fields.id_field])
         kept[chunk_id] = vectors[i]
         result.candidates.append(
             to_candidate(
@@ -151,7 +153,7 @@ def fetched_and_scored(
                 chunk_id=chunk_id,
                 raw_score=float(scores[i]),
                 fields=row,
-                content=row.get(settings.content_field, ""),
+                content=row.get(settings.schema_fields.content_field, ""),
                 path=path,
             )
         )
@@ -161,7 +163,7 @@ def fetched_and_scored(
 def _dense_request(settings: KBSettings, embedding: list[float], limit: int, expr: str) -> AnnSearchRequest:
     return AnnSearchRequest(
         data=[embedding],
-        anns_field=settings.vector_field,
+        anns_field=settings.schema_fields.vector_field,
         param=search_params(settings, limit),
         limit=limit,
         expr=expr,

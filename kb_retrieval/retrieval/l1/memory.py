@@ -40,13 +40,13 @@ _ROW_OVERHEAD = 1200
 
 
 def _write_order(settings: KBSettings, row: dict[str, Any]) -> tuple[float, str, int, str]:
-    meta = (row.get(settings.metadata_field) if settings.metadata_field else None) or {}
+    meta = (row.get(settings.schema_fields.metadata_field) if settings.schema_fields.metadata_field else None) or {}
     stamp, position = meta.get("ingested_at"), meta.get("position")
     return (
         float(stamp) if isinstance(stamp, int | float) else 0.0,
-        str(row.get(settings.source_field) or ""),
+        str(row.get(settings.schema_fields.source_field) or ""),
         position if isinstance(position, int) else 0,
-        str(row[settings.id_field]),
+        str(row[settings.schema_fields.id_field]),
     )
 
 
@@ -64,42 +64,46 @@ class MemoryMirror:
 
     def __init__(self, settings: KBSettings, rows: list[dict[str, Any]], vectors: np.ndarray, texts: list[str]) -> None:
         self.settings = settings
-        self.ids = [str(r[settings.id_field]) for r in rows]
+        self.ids = [str(r[settings.schema_fields.id_field]) for r in rows]
         self.rows = rows
         self._row_of = {chunk_id: i for i, chunk_id in enumerate(self.ids)}
         self.vectors = vectors
         # Row norms computed once, as full_text.dense_scores computes them on every call.
         self._norms = np.linalg.norm(vectors, axis=1) if len(vectors) else np.empty(0, dtype=np.float32)
         categories: dict[str, list[int]] = {}
-        if settings.category_field:
+        if settings.schema_fields.category_field:
             for i, row in enumerate(rows):
-                categories.setdefault(str(row.get(settings.category_field) or ""), []).append(i)
+                categories.setdefault(str(row.get(settings.schema_fields.category_field) or ""), []).append(i)
         self._categories = {c: np.asarray(ix, dtype=np.int64) for c, ix in categories.items()}
         self.bm25 = Bm25Postings(texts) if texts else None
         # Each row as a candidate, made on its first hit and rescored for every later one: a row never changes
         # within a mirror, so its fields are read and validated once (a reload builds a new mirror).
         self._candidates: list[Candidate | None] = [None] * len(rows)
         self.nbytes = int(vectors.nbytes + sum(len(t) for t in texts) + _ROW_OVERHEAD * len(rows)) + sum(
-            len(str(r.get(settings.content_field, ""))) for r in rows
+            len(str(r.get(settings.schema_fields.content_field, ""))) for r in rows
         )
 
     @classmethod
     def load(cls, client: MilvusClient, settings: KBSettings, *, lexical: bool, max_mb: float) -> MemoryMirror:
         """Read every row once; raises :class:`MirrorTooLargeError` as soon as the rows read pass ``max_mb``."""
-        fields = [settings.id_field, *output_fields(settings), settings.vector_field]
+        fields = [settings.schema_fields.id_field, *output_fields(settings), settings.schema_fields.vector_field]
         if lexical:
-            fields.append(settings.lexical_text_field)
+            fields.append(settings.schema_fields.lexical_text_field)
         rows: list[dict[str, Any]] = []
         vectors: list[Any] = []
         texts: list[str] = []
         limit = max_mb * 1024 * 1024
         used = 0
         for row in iter_rows(client, settings, fields):
-            vectors.append(row.pop(settings.vector_field))
+            vectors.append(row.pop(settings.schema_fields.vector_field))
             if lexical:
-                texts.append(str(row.pop(settings.lexical_text_field, "") or ""))
+                texts.append(str(row.pop(settings.schema_fields.lexical_text_field, "") or ""))
                 used += len(texts[-1])
-            used += settings.dim * 4 + _ROW_OVERHEAD + len(str(row.get(settings.content_field, "")))
+            used += (
+                settings.schema_fields.dim * 4
+                + _ROW_OVERHEAD
+                + len(str(row.get(settings.schema_fields.content_field, "")))
+            )
             if used > limit:
                 raise MirrorTooLargeError(
                     f"the collection passes the memory plan's bound ({max_mb:g} MB, KB_MEMORY_PLAN_MAX_MB) "
@@ -110,7 +114,9 @@ class MemoryMirror:
         order = sorted(range(len(rows)), key=lambda i: _write_order(settings, rows[i]))
         rows = [rows[i] for i in order]
         texts = [texts[i] for i in order] if texts else texts
-        matrix = np.asarray([vectors[i] for i in order], dtype=np.float32).reshape(len(vectors), settings.dim)
+        matrix = np.asarray([vectors[i] for i in order], dtype=np.float32).reshape(
+            len(vectors), settings.schema_fields.dim
+        )
         return cls(settings, rows, matrix, texts)
 
     def __len__(self) -> int:
@@ -135,7 +141,7 @@ class MemoryMirror:
     def _scope(self, category: str | None, ids: Iterable[str] | None) -> np.ndarray | None:
         """Row numbers under the filter (``None``: every row)."""
         rows: np.ndarray | None = None
-        if category is not None and self.settings.category_field:
+        if category is not None and self.settings.schema_fields.category_field:
             rows = self._categories.get(category, np.empty(0, dtype=np.int64))
         if ids is not None:
             wanted = np.asarray(sorted({self._row_of[i] for i in ids if i in self._row_of}), dtype=np.int64)
@@ -151,7 +157,7 @@ class MemoryMirror:
     def _dense(self, query: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
         """The dense metric's score of each row in ``rows`` (every row when ``None``), as Milvus computes it."""
         vectors = self.vectors if rows is None else self.vectors[rows]
-        metric = self.settings.metric.upper()
+        metric = self.settings.schema_fields.metric.upper()
         if metric == "L2":
             return np.sum((vectors - query) ** 2, axis=1)
         dots = vectors @ query
@@ -164,7 +170,7 @@ class MemoryMirror:
         """The best ``k`` rows by the dense metric, best first (a FLAT search; the scores a candidate reports are
         :func:`~kb_retrieval.retrieval.l1.full_text.dense_scores`', as on the Milvus plan)."""
         scores = self._dense(query, rows)
-        better = scores if self.settings.metric.upper() == "L2" else -scores  # ascending = best first
+        better = scores if self.settings.schema_fields.metric.upper() == "L2" else -scores  # ascending = best first
         k = min(k, len(scores))
         if k <= 0:
             return np.empty(0, dtype=np.int64)
@@ -176,7 +182,7 @@ class MemoryMirror:
         """A dense search: the ``top_k`` best rows under the filter (``ids``: restricted to those chunks)."""
         query = np.asarray(embedding, dtype=np.float32)
         rows = self._top_dense(query, self._scope(category, ids), top_k)
-        scores = dense_scores(query, self.vectors[rows], self.settings.metric)
+        scores = dense_scores(query, self.vectors[rows], self.settings.schema_fields.metric)
         candidates = [self._candidate(int(r), float(s)) for r, s in zip(rows, scores, strict=True)]
         return L1Search(candidates=one_version_per_source(candidates), path="memory")
 
@@ -190,17 +196,17 @@ class MemoryMirror:
         scope = self._scope(category, None)
         order: dict[int, None] = {}
         bm25: dict[int, float] = {}
-        if terms and s.lexical_top_k > 0 and self.bm25 is not None:
-            rows, values = self.bm25.top(terms, s.lexical_top_k, None if scope is None else self._mask(scope))
+        if terms and s.retrieval.lexical_top_k > 0 and self.bm25 is not None:
+            rows, values = self.bm25.top(terms, s.retrieval.lexical_top_k, None if scope is None else self._mask(scope))
             bm25 = dict(zip(rows.tolist(), values.tolist(), strict=True))
             order = dict.fromkeys(bm25)
-        dense_rows = self._top_dense(query, scope, s.top_k)
+        dense_rows = self._top_dense(query, scope, s.retrieval.top_k)
         order.update(dict.fromkeys(int(r) for r in dense_rows))
         if ids:
             restricted = self._scope(category, ids)
             order.update(dict.fromkeys(int(r) for r in (restricted if restricted is not None else ())))
         picked = np.fromiter(order, dtype=np.int64, count=len(order))
-        scores = dense_scores(query, self.vectors[picked], s.metric)
+        scores = dense_scores(query, self.vectors[picked], s.schema_fields.metric)
         result = L1Search(path="memory")
         for row, score in zip(picked.tolist(), scores.tolist(), strict=True):
             result.candidates.append(self._candidate(row, score))
@@ -217,7 +223,7 @@ class MemoryMirror:
                 chunk_id=self.ids[row],
                 raw_score=score,
                 fields=fields,
-                content=fields.get(self.settings.content_field, ""),
+                content=fields.get(self.settings.schema_fields.content_field, ""),
                 path="memory",
             )
         return rescored(made, score)  # a copy: the kept candidate is never handed out
@@ -226,7 +232,7 @@ class MemoryMirror:
 def estimated_mirror_mb(chunks: int, settings: KBSettings, text_bytes: int = 2048) -> float:
     """About how many MB the mirror of ``chunks`` rows holds (vector, content and analysed text of ~1 KB each, the
     row's Python objects); the mirror itself counts what it reads."""
-    return chunks * (settings.dim * 4 + _ROW_OVERHEAD + text_bytes) / (1024 * 1024)
+    return chunks * (settings.schema_fields.dim * 4 + _ROW_OVERHEAD + text_bytes) / (1024 * 1024)
 
 
 def choose_plan(client: MilvusClient, settings: KBSettings, *, custom_path: bool) -> tuple[str, str]:
@@ -239,14 +245,14 @@ def choose_plan(client: MilvusClient, settings: KBSettings, *, custom_path: bool
     """
     from kb_retrieval.indexing.milvus import is_lite_engine
 
-    if settings.lookup_plan == "memory":
+    if settings.retrieval.lookup_plan == "memory":
         return "memory", "lookup_plan 'memory'"
-    if settings.lookup_plan == "milvus":
+    if settings.retrieval.lookup_plan == "milvus":
         return "milvus", "lookup_plan 'milvus'"
     if custom_path:
         return "milvus", "a vector-store path was given: it serves the searches"
-    if settings.vector_store_mode != "auto":
-        return "milvus", f"vector_store_mode '{settings.vector_store_mode}' asks for that path"
+    if settings.retrieval.vector_store_mode != "auto":
+        return "milvus", f"vector_store_mode '{settings.retrieval.vector_store_mode}' asks for that path"
     if not is_lite_engine(client, settings):
         return "milvus", "a Milvus server: one indexed search per attempt"
     return "memory", "Milvus Lite: the collection mirrored in memory, no Milvus call per lookup"

@@ -104,7 +104,7 @@ class InProcessBm25:
     @classmethod
     def of(cls, index: LexicalIndex | None, settings: KBSettings, lexical_mode: LexicalMode) -> InProcessBm25 | None:
         """The in-process BM25 of a pipeline, or ``None`` when it does not run (another mode, no index, top k 0)."""
-        runs = lexical_mode == "in_process_bm25" and index is not None and settings.lexical_top_k > 0
+        runs = lexical_mode == "in_process_bm25" and index is not None and settings.retrieval.lexical_top_k > 0
         return cls(index, settings) if runs and index is not None else None
 
     def hits(self, query: PlanQuery) -> list[LexicalHit]:
@@ -114,7 +114,7 @@ class InProcessBm25:
 
     @dispatcher.span
     def _search(self, query_text: str, category: str | None) -> list[LexicalHit]:
-        return self.index.search(query_text, self.settings.lexical_top_k, category)
+        return self.index.search(query_text, self.settings.retrieval.lexical_top_k, category)
 
 
 def wanted(settings: KBSettings, query: PlanQuery, lexical_hits: list[LexicalHit]) -> list[str]:
@@ -192,7 +192,7 @@ class FusedPlan:
         to them returns)."""
         settings = self.settings
         with query.clock("query_terms"):
-            terms = analysed_text(query.text) if settings.lexical_top_k > 0 else ""
+            terms = analysed_text(query.text) if settings.retrieval.lexical_top_k > 0 else ""
         if not terms and not query.exact_terms:
             return self.otherwise.search(query)
         exact_ids = list(query.exact_terms)
@@ -201,16 +201,18 @@ class FusedPlan:
                 query.embedding,
                 terms,
                 query.category,
-                timeout=query.deadline.timeout(settings.milvus_search_timeout_s),
+                timeout=query.deadline.timeout(settings.storage.milvus_search_timeout_s),
                 ids=exact_ids,
                 scope=query.scope,
             )
         by_similarity = sorted(found.candidates, key=lambda c: -c.similarity)  # stable: ties keep Milvus' order
-        dense = by_similarity[: settings.top_k]
+        dense = by_similarity[: settings.retrieval.top_k]
         relative = relative_to_best(found.bm25)
         known = {c.chunk_id for c in dense}
         brought = set(exact_ids) | {c for c, score in relative.items() if score >= settings.lexical_rescore_min}
-        added = [c for c in by_similarity[settings.top_k :] if c.chunk_id in brought and c.chunk_id not in known]
+        added = [
+            c for c in by_similarity[settings.retrieval.top_k :] if c.chunk_id in brought and c.chunk_id not in known
+        ]
         return HybridSearch(
             candidates=one_version_per_source(dense + added),
             lexical_scores=relative,
@@ -251,7 +253,7 @@ class DenseBm25Plan:
         """The dense candidates, then the chunks they missed that BM25 or an exact identifier brings."""
         if not query.exact_terms and self.bm25 is None:  # nothing to score beside the dense search
             with query.clock("search"):
-                dense = self._dense(query, query.deadline.timeout(self.settings.milvus_search_timeout_s))
+                dense = self._dense(query, query.deadline.timeout(self.settings.storage.milvus_search_timeout_s))
             return merged(dense, [], [], query, self.lexical_mode)
         lexical_hits = self.bm25.hits(query) if self.bm25 is not None else []
         chunks = wanted(self.settings, query, lexical_hits)
@@ -283,16 +285,20 @@ class DenseBm25Plan:
         held = self.kept.scored(embedding, chunks, category) if scope is None else []
         to_read = [c for c in chunks if not self.kept.has_vector(c)] if scope is None else chunks
         started = time.perf_counter()
-        dense_call = DENSE_BESIDE.submit(self._dense, query, query.deadline.timeout(settings.milvus_search_timeout_s))
+        dense_call = DENSE_BESIDE.submit(
+            self._dense, query, query.deadline.timeout(settings.storage.milvus_search_timeout_s)
+        )
         try:
-            extra = _best_first(held, settings.metric)
+            extra = _best_first(held, settings.schema_fields.metric)
             failed: Exception | None = None
             sent = bool(to_read) and not query.deadline.expired
             if sent:
                 try:
-                    timeout = query.deadline.timeout(settings.milvus_search_timeout_s)
+                    timeout = query.deadline.timeout(settings.storage.milvus_search_timeout_s)
                     read = self.dense.scored(embedding, to_read, category, timeout, scope, kept=self.kept)
-                    extra = _best_first(held + read.candidates, settings.metric) if held else read.candidates
+                    extra = (
+                        _best_first(held + read.candidates, settings.schema_fields.metric) if held else read.candidates
+                    )
                 except Exception as exc:  # the dense candidates (and the kept ones) still stand
                     failed = exc
             dense = DENSE_BESIDE.wait(dense_call, query.deadline)

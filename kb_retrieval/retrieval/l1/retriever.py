@@ -46,9 +46,9 @@ from kb_retrieval.retrieval.stage import candidate_node
 
 def make_path(settings: KBSettings, client: MilvusClient) -> VectorPath:
     """The configured path: ``vectorstore``, ``sdk`` or ``auto``."""
-    if settings.vector_store_mode == "sdk":
+    if settings.retrieval.vector_store_mode == "sdk":
         return SdkPath(client, settings)
-    if settings.vector_store_mode == "vectorstore":
+    if settings.retrieval.vector_store_mode == "vectorstore":
         return VectorStorePath(settings)
     return AutoPath(VectorStorePath(settings), SdkPath(client, settings))
 
@@ -86,7 +86,7 @@ class KeptChunks:
 
     def __init__(self, settings: KBSettings) -> None:
         self.settings = settings
-        self.max_chunks = int(settings.memory_plan_max_mb / estimated_mirror_mb(1, settings))
+        self.max_chunks = int(settings.retrieval.memory_plan_max_mb / estimated_mirror_mb(1, settings))
         self._rows: dict[str, Candidate] = {}
         self._vectors: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()  # the dense search and the read by key keep from two threads
@@ -121,12 +121,12 @@ class KeptChunks:
         """The chunks of ``ids`` kept with their vector, under the category filter, scored here as a dense search
         scores them."""
         held = [(self._vectors[i], self._rows[i]) for i in ids if i in self._vectors]
-        if category is not None and self.settings.category_field:
+        if category is not None and self.settings.schema_fields.category_field:
             held = [(v, c) for v, c in held if c.category == category]
         if not held:
             return []
         query = np.asarray(embedding, dtype=np.float32)
-        scores = dense_scores(query, np.stack([v for v, _ in held]), self.settings.metric)
+        scores = dense_scores(query, np.stack([v for v, _ in held]), self.settings.schema_fields.metric)
         return [rescored(c, s) for (_, c), s in zip(held, scores.tolist(), strict=True)]
 
 
@@ -165,10 +165,10 @@ class L1Retriever(BaseRetriever):
         """The expression of one request: the caller's ``scope`` (a translated ``MetadataFilters``, always applied),
         the category hint and an id restriction, joined by AND."""
         parts = [f"({scope})"] if scope else []
-        if category and self.settings.category_field:
-            parts.append(equals_expr(self.settings.category_field, category))
+        if category and self.settings.schema_fields.category_field:
+            parts.append(equals_expr(self.settings.schema_fields.category_field, category))
         if ids:
-            parts.append(in_expr(self.settings.id_field, ids))
+            parts.append(in_expr(self.settings.schema_fields.id_field, ids))
         return " and ".join(parts) or None
 
     def search(
@@ -187,7 +187,7 @@ class L1Retriever(BaseRetriever):
         and scores only and the rows come from ``kept``; the rows it lacks are read by key (and kept) after the
         search. The same candidates as a search returning the fields, which on the Milvus 2.3 server cost about as much
         as the search itself (docs/tuning-history.md). Once ``kept`` is full, the search returns the fields again."""
-        limit = len(ids) if ids else top_k or self.settings.top_k
+        limit = len(ids) if ids else top_k or self.settings.retrieval.top_k
         if (memory := self.mirror_for(scope)) is not None:
             return memory.search(embedding, limit, category, ids)
         expr = self.filter_expr(category, ids, scope)
@@ -199,7 +199,7 @@ class L1Retriever(BaseRetriever):
         read: dict[str, Candidate] = {}
         if missing := [chunk_id for chunk_id, _ in hits if kept.row(chunk_id) is None]:
             left = None if timeout is None else max(timeout - (time.monotonic() - started), MIN_CALL_S)
-            read = {c.chunk_id: c for c in path.read(in_expr(self.settings.id_field, missing), left)}
+            read = {c.chunk_id: c for c in path.read(in_expr(self.settings.schema_fields.id_field, missing), left)}
             kept.keep(list(read.values()))
         # A hit deleted between the search and the read has no row: it is no longer a chunk, and left out.
         rows = [(row, score) for chunk_id, score in hits if (row := kept.row(chunk_id) or read.get(chunk_id))]
@@ -247,8 +247,8 @@ class L1Retriever(BaseRetriever):
         request = HybridRequest(
             embedding,
             terms,
-            self.settings.top_k,
-            self.settings.lexical_top_k,
+            self.settings.retrieval.top_k,
+            self.settings.retrieval.lexical_top_k,
             self.filter_expr(category, scope=scope),
             ids_filter=self.filter_expr(category, ids, scope) if ids else None,
             ids_count=len(ids or []),

@@ -35,14 +35,14 @@ class SdkPath:
         self, embedding: list[float], top_k: int, filter_expr: str | None, timeout: float | None = None
     ) -> L1Search:
         hits = self.client.search(
-            self.settings.collection,
+            self.settings.storage.collection,
             data=[embedding],
             limit=top_k,
             filter=filter_expr or "",
             output_fields=self._fields,
-            anns_field=self.settings.vector_field,
+            anns_field=self.settings.schema_fields.vector_field,
             search_params=search_params(self.settings, top_k),  # the metric, and the index's breadth (HNSW ef)
-            timeout=self.settings.milvus_search_timeout_s if timeout is None else timeout,
+            timeout=self.settings.storage.milvus_search_timeout_s if timeout is None else timeout,
         )[0]
         candidates = [
             to_candidate(
@@ -50,7 +50,7 @@ class SdkPath:
                 chunk_id=hit["id"],
                 raw_score=hit["distance"],
                 fields=hit["entity"],
-                content=hit["entity"].get(self.settings.content_field, ""),
+                content=hit["entity"].get(self.settings.schema_fields.content_field, ""),
                 path="sdk",
             )
             for hit in hits
@@ -63,14 +63,14 @@ class SdkPath:
     ) -> list[tuple[str, float]]:
         """The hits' ids and raw scores only, best first: no field is read or sent back."""
         hits = self.client.search(
-            self.settings.collection,
+            self.settings.storage.collection,
             data=[embedding],
             limit=top_k,
             filter=filter_expr or "",
             output_fields=[],
-            anns_field=self.settings.vector_field,
+            anns_field=self.settings.schema_fields.vector_field,
             search_params=search_params(self.settings, top_k),
-            timeout=self.settings.milvus_search_timeout_s if timeout is None else timeout,
+            timeout=self.settings.storage.milvus_search_timeout_s if timeout is None else timeout,
         )[0]
         return [(str(hit["id"]), float(hit["distance"])) for hit in hits]
 
@@ -78,18 +78,18 @@ class SdkPath:
     def read(self, filter_expr: str, timeout: float | None = None) -> list[Candidate]:
         """The rows ``filter_expr`` selects (an id list), read by key, as candidates to rescore (raw score 0)."""
         rows = self.client.query(
-            self.settings.collection,
+            self.settings.storage.collection,
             filter=filter_expr,
             output_fields=self._fields,
-            timeout=self.settings.milvus_search_timeout_s if timeout is None else timeout,
+            timeout=self.settings.storage.milvus_search_timeout_s if timeout is None else timeout,
         )
         return [
             to_candidate(
                 self.settings,
-                chunk_id=row[self.settings.id_field],
+                chunk_id=row[self.settings.schema_fields.id_field],
                 raw_score=0.0,
                 fields=row,
-                content=row.get(self.settings.content_field, ""),
+                content=row.get(self.settings.schema_fields.content_field, ""),
                 path="sdk",
             )
             for row in rows

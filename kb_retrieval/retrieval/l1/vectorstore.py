@@ -38,18 +38,18 @@ def make_vector_store(settings: KBSettings) -> MilvusVectorStore:
     """A ``MilvusVectorStore`` on the existing collection, its searches bounded by the lookup's deadline."""
     store = MilvusVectorStore(
         uri=settings.resolved_milvus_uri(),
-        token=settings.milvus_token.get_secret_value(),
-        collection_name=settings.collection,
-        dim=settings.dim,
-        text_key=settings.content_field,
-        embedding_field=settings.vector_field,
-        doc_id_field=settings.source_field,
-        output_fields=[f for f in output_fields(settings) if f != settings.content_field],
-        similarity_metric=settings.metric,
+        token=settings.storage.milvus_token.get_secret_value(),
+        collection_name=settings.storage.collection,
+        dim=settings.schema_fields.dim,
+        text_key=settings.schema_fields.content_field,
+        embedding_field=settings.schema_fields.vector_field,
+        doc_id_field=settings.schema_fields.source_field,
+        output_fields=[f for f in output_fields(settings) if f != settings.schema_fields.content_field],
+        similarity_metric=settings.schema_fields.metric,
         index_management=IndexManagement.NO_VALIDATION,
         consistency_level="Strong",
         use_async_client=False,
-        timeout=settings.milvus_timeout_s,  # to the store's MilvusClient: the connect timeout
+        timeout=settings.storage.milvus_timeout_s,  # to the store's MilvusClient: the connect timeout
         **client_options(settings),
     )
     client = store.client
@@ -57,7 +57,7 @@ def make_vector_store(settings: KBSettings) -> MilvusVectorStore:
 
     def search_with_deadline(*args: Any, **kwargs: Any) -> Any:
         # MilvusVectorStore.query passes no timeout on: the lookup's remaining time arrives through a context var.
-        return search(*args, timeout=_CALL_TIMEOUT.get() or settings.milvus_search_timeout_s, **kwargs)
+        return search(*args, timeout=_CALL_TIMEOUT.get() or settings.storage.milvus_search_timeout_s, **kwargs)
 
     client.search = search_with_deadline
     return store

@@ -28,7 +28,7 @@ def l2_settings(tmp_path_factory, embed_model) -> KBSettings:
 def test_each_mode_serves_and_says_which_path(sample_settings, embed_model, mode):
     """On the milvus plan (a search in Milvus per attempt) the mode picks the path; on Milvus Lite ``auto`` is the
     memory plan (tests/retrieval/test_memory_plan.py), so the plan is pinned here."""
-    mode_setting = KBSettings(vector_store_mode=mode).vector_store_mode
+    mode_setting = KBSettings(vector_store_mode=mode).retrieval.vector_store_mode
     lookup = KnowledgeLookup(
         sample_settings.model_copy(update={"vector_store_mode": mode_setting, "lookup_plan": "milvus"}),
         embed_model=embed_model,
