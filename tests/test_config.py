@@ -9,8 +9,9 @@ import pytest
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
 
-from kb_retrieval.config import KBSettings, ScoringSettings
+from kb_retrieval.config import KBSettings
 from kb_retrieval.overrides import UnsupportedOverrideError, check_overrides
+from kb_retrieval.scoring_profile import ScoringProfile
 from kb_retrieval.settings import FLAT, GROUPS, flattened, grouped
 
 
@@ -116,7 +117,7 @@ def test_every_flat_name_is_unique_and_names_one_setting() -> None:
     names = KBSettings.setting_names()
     assert len(names) == len(set(names))
     assert not set(names) & set(GROUPS)
-    assert set(ScoringSettings.model_fields).isdisjoint(names)
+    assert set(ScoringProfile.model_fields).isdisjoint(names)
     for name in names:
         assert KBSettings.setting_field(name) is not None
     assert KBSettings.setting_field("retrieval") is None and KBSettings.setting_field("nope") is None
@@ -161,6 +162,7 @@ def test_model_dump_round_trips() -> None:
         "lexical_rescore_min",
         "doc_focus_weight",
         "scoring",
+        "scoring_profile",
     }
     plain = KBSettings(state_dir="/tmp/kb", top_k=5)
     assert KBSettings.model_validate_json(plain.model_dump_json()) == plain
