@@ -66,10 +66,10 @@ def outage(tmp_path_factory, embed_model, sample_settings) -> Iterator[Outage]:
         )
         ingest([kb], settings, embed_model=embed_model)
 
-        def make(mode: str, **kwargs) -> KnowledgeLookup:
-            store = TraceStore(f"sqlite:///{settings.storage.state_dir / f'traces-{mode}.db'}")
+        def make(name: str, mode: str | None = None, **kwargs) -> KnowledgeLookup:
+            store = TraceStore(f"sqlite:///{settings.storage.state_dir / f'traces-{name}.db'}")
             return KnowledgeLookup(
-                settings.model_copy(update={"vector_store_mode": mode}),
+                settings.model_copy(update={"vector_store_mode": mode or name}),
                 embed_model=embed_model,
                 trace_store=store,
                 **kwargs,
@@ -77,7 +77,7 @@ def outage(tmp_path_factory, embed_model, sample_settings) -> Iterator[Outage]:
 
         lookups = {mode: make(mode) for mode in ("sdk", "vectorstore", "auto")}
         lite = KnowledgeLookup(sample_settings, embed_model=embed_model, trace_store=TraceStore("sqlite://"))
-        split = make("split", path=AutoPath(VectorStorePath(settings), SdkPath(lite.client, sample_settings)))
+        split = make("split", "auto", path=AutoPath(VectorStorePath(settings), SdkPath(lite.client, sample_settings)))
         yield Outage(server, settings, lookups, split)
     finally:
         server.stop()
