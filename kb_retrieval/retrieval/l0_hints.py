@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
@@ -281,6 +282,18 @@ class L0HintProvider:
             # The domain of the best-covered title; none when titles of two domains are covered alike.
             coverage_domain=next(iter(leaders)) if len(leaders) == 1 else None,
         )
+
+    def outside(self, domain: str, sources: Iterable[str]) -> dict[str, str]:
+        """Those of ``sources`` whose category is not ``domain`` (source -> its category, "" for none, in
+        ``sources``' order): the documents a filter to ``domain`` would cut away. Sources the index does not know are
+        left out.
+
+        Example:
+            >>> provider.outside("om", ["specs/om/spec.md", "guides/migration.md"])  # doctest: +SKIP
+            {'guides/migration.md': 'guides'}
+        """
+        documents = self.index.documents
+        return {s: c for s in sources if (e := documents.get(s)) is not None and (c := e.category or "") != domain}
 
     def is_a_name(self, keyword: str) -> bool:
         """True when ``keyword`` is no proper fragment of any document's names (file name, specific keywords): a

@@ -148,6 +148,29 @@ def test_one_domain_sets_category_filter(provider: L0HintProvider) -> None:
     assert not transform.truncated and transform.notes == []
 
 
+def test_no_filter_when_l0_also_matched_a_document_outside_the_domain(provider: L0HintProvider) -> None:
+    # "RedisMemoryHigh" names a redis page (a domain); the plain keyword "eviction" matches a mysql page: a filter to
+    # redis would cut away a document L0 matched itself, so the search is not narrowed, and the reason says why.
+    transform = transform_query("RedisMemoryHigh with eviction", provider, max_query_chars=2000)
+    assert transform.hints.domains == ["redis"]
+    assert set(transform.hints.matched_sources) == {"redis/memory.md", "mysql/slow.md"}
+    assert transform.category_filter is None
+    assert transform.filter_reason == "not narrowed to redis: L0 also matched mysql/slow.md (domain mysql)"
+
+
+def test_filter_kept_when_every_matched_document_is_in_the_domain(provider: L0HintProvider) -> None:
+    # A plain keyword of a document in the same domain ("maxmemory") does not stop the narrowing.
+    transform = transform_query("RedisMemoryHigh maxmemory reached", provider, max_query_chars=2000)
+    assert transform.hints.matched_keywords == ["RedisMemoryHigh", "maxmemory"]
+    assert transform.category_filter == "redis"
+
+
+def test_outside_names_the_documents_a_filter_would_cut_away(provider: L0HintProvider) -> None:
+    sources = ["redis/memory.md", "mysql/slow.md", "jvm/gc.md", "unknown.md"]
+    assert provider.outside("redis", sources) == {"mysql/slow.md": "mysql", "jvm/gc.md": "jvm"}
+    assert provider.outside("redis", ["redis/latency.md"]) == {}
+
+
 def test_two_domains_give_no_filter_and_say_ambiguous(provider: L0HintProvider) -> None:
     transform = transform_query("RedisLatencyHigh and JvmGcPressure", provider, max_query_chars=2000)
     assert transform.category_filter is None
