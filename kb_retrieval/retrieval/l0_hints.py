@@ -27,7 +27,6 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 
@@ -283,17 +282,30 @@ class L0HintProvider:
             coverage_domain=next(iter(leaders)) if len(leaders) == 1 else None,
         )
 
-    def outside(self, domain: str, sources: Iterable[str]) -> dict[str, str]:
-        """Those of ``sources`` whose category is not ``domain`` (source -> its category, "" for none, in
-        ``sources``' order): the documents a filter to ``domain`` would cut away. Sources the index does not know are
-        left out.
+    def outside(self, domain: str, hints: L0Hints) -> dict[str, str]:
+        """The documents ``hints`` matched by a title or a specific keyword (an identifier or a phrase; a plain word
+        only boosts) whose category is not ``domain``: source -> its category ("" for none), in
+        ``matched_sources``' order. What a filter to ``domain`` would cut away of what L0 itself found.
 
         Example:
-            >>> provider.outside("om", ["specs/om/spec.md", "guides/migration.md"])  # doctest: +SKIP
-            {'guides/migration.md': 'guides'}
+            >>> provider.outside("om", provider.hints("OpenMetrics 1.0 to 2.0"))  # doctest: +SKIP
+            {'guides/open_metrics_2_0_migration.md': 'guides'}
         """
         documents = self.index.documents
-        return {s: c for s in sources if (e := documents.get(s)) is not None and (c := e.category or "") != domain}
+        titles = set(hints.matched_titles)
+        specific = {
+            source
+            for keyword in hints.matched_keywords
+            if _is_specific(keyword)
+            for source in self._keywords.get(_phrase(keyword), ())
+        }
+        return {
+            s: c
+            for s in hints.matched_sources
+            if (e := documents.get(s)) is not None
+            and (s in specific or e.title in titles)
+            and (c := e.category or "") != domain
+        }
 
     def is_a_name(self, keyword: str) -> bool:
         """True when ``keyword`` is no proper fragment of any document's names (file name, specific keywords): a

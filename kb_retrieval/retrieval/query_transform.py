@@ -2,9 +2,10 @@
 
 Exactly one nonblank L0 domain becomes a category filter; zero or several mean no filter (a domain comes from strong
 matches only, which the filter reason names: see :mod:`kb_retrieval.retrieval.l0_hints`). The filter is a hard cut,
-so it is set only when every document L0 matched for the query (by title or keyword, strong or not) lies in that
-domain: L0 never cuts away a document it matched itself (a question naming one page of a domain and matching a page
-of another, e.g. a specification and the migration guide that names it, is searched whole). A query over
+so it is set only when every document L0 matched for the query by a title or a specific keyword (an identifier or a
+phrase; a plain word boosts and neither sets nor stops a filter) lies in that domain: L0 never cuts away a document
+it matched itself (a question naming one page of a domain and matching a page of another by name, e.g. a
+specification and the migration guide that names it, is searched whole). A query over
 ``max_query_chars`` is truncated (bounded work whatever the caller sends) and the trace says so. kubectl's short
 resource names are read as the kinds they name (``sts/kafka`` is a StatefulSet: see
 :mod:`kb_retrieval.retrieval.short_names`), noted; the normalised query is what every layer searches.
@@ -39,7 +40,7 @@ def transform_query(
 
     hints = l0.hints(normalized) if l0 is not None else None
     domains = [d for d in (hints.domains if hints else []) if d.strip()]
-    outside = l0.outside(domains[0], hints.matched_sources) if l0 is not None and hints and len(domains) == 1 else {}
+    outside = l0.outside(domains[0], hints) if l0 is not None and hints and len(domains) == 1 else {}
     if outside:
         category, reason = None, _not_narrowed(domains[0], outside)
     elif len(domains) == 1:
