@@ -282,6 +282,31 @@ class L0HintProvider:
             coverage_domain=next(iter(leaders)) if len(leaders) == 1 else None,
         )
 
+    def outside(self, domain: str, hints: L0Hints) -> dict[str, str]:
+        """The documents ``hints`` matched by a title or a specific keyword (an identifier or a phrase; a plain word
+        only boosts) whose category is not ``domain``: source -> its category ("" for none), in
+        ``matched_sources``' order. What a filter to ``domain`` would cut away of what L0 itself found.
+
+        Example:
+            >>> provider.outside("om", provider.hints("OpenMetrics 1.0 to 2.0"))  # doctest: +SKIP
+            {'guides/open_metrics_2_0_migration.md': 'guides'}
+        """
+        documents = self.index.documents
+        titles = set(hints.matched_titles)
+        specific = {
+            source
+            for keyword in hints.matched_keywords
+            if _is_specific(keyword)
+            for source in self._keywords.get(_phrase(keyword), ())
+        }
+        return {
+            s: c
+            for s in hints.matched_sources
+            if (e := documents.get(s)) is not None
+            and (s in specific or e.title in titles)
+            and (c := e.category or "") != domain
+        }
+
     def is_a_name(self, keyword: str) -> bool:
         """True when ``keyword`` is no proper fragment of any document's names (file name, specific keywords): a
         name, not a piece shared with names (``NotReady`` is a piece of ``KubeNodeNotReady``; ``StatefulSet`` of

@@ -1,7 +1,11 @@
 """Stage 1: normalise the query, ask L0 for hints, choose the L1 filter.
 
 Exactly one nonblank L0 domain becomes a category filter; zero or several mean no filter (a domain comes from strong
-matches only, which the filter reason names: see :mod:`kb_retrieval.retrieval.l0_hints`). A query over
+matches only, which the filter reason names: see :mod:`kb_retrieval.retrieval.l0_hints`). The filter is a hard cut,
+so it is set only when every document L0 matched for the query by a title or a specific keyword (an identifier or a
+phrase; a plain word boosts and neither sets nor stops a filter) lies in that domain: L0 never cuts away a document
+it matched itself (a question naming one page of a domain and matching a page of another by name, e.g. a
+specification and the migration guide that names it, is searched whole). A query over
 ``max_query_chars`` is truncated (bounded work whatever the caller sends) and the trace says so. kubectl's short
 resource names are read as the kinds they name (``sts/kafka`` is a StatefulSet: see
 :mod:`kb_retrieval.retrieval.short_names`), noted; the normalised query is what every layer searches.
@@ -36,7 +40,10 @@ def transform_query(
 
     hints = l0.hints(normalized) if l0 is not None else None
     domains = [d for d in (hints.domains if hints else []) if d.strip()]
-    if len(domains) == 1:
+    outside = l0.outside(domains[0], hints) if l0 is not None and hints and len(domains) == 1 else {}
+    if outside:
+        category, reason = None, _not_narrowed(domains[0], outside)
+    elif len(domains) == 1:
         why = "; ".join(hints.domain_matches.get(domains[0], [])) if hints else ""
         category, reason = domains[0], f"exactly one L0 domain: {domains[0]}" + (f", set by {why}" if why else "")
     elif domains:
@@ -52,3 +59,10 @@ def transform_query(
         category_filter=category,
         filter_reason=reason,
     )
+
+
+def _not_narrowed(domain: str, outside: dict[str, str]) -> str:
+    """The filter reason when L0's one domain is not a filter: the first document it would cut away (and how many)."""
+    source, other = next(iter(outside.items()))
+    more = f" and {len(outside) - 1} more" if len(outside) > 1 else ""
+    return f"not narrowed to {domain}: L0 also matched {source} (domain {other or 'none'}){more}"

@@ -148,6 +148,42 @@ def test_one_domain_sets_category_filter(provider: L0HintProvider) -> None:
     assert not transform.truncated and transform.notes == []
 
 
+SPEC_AND_GUIDE = L0Index(
+    documents={
+        "specs/om.md": entry("OpenMetrics 1.0", "om", ["OpenMetrics 1.0", "OpenMetrics", "memory"]),
+        "guides/migration.md": entry("Migration to 2.0", "guides", ["OpenMetrics", "exposition"]),
+        "guides/other.md": entry("Tuning", "guides", ["memory"]),
+    }
+)
+
+
+def test_no_filter_when_l0_also_matched_a_document_outside_the_domain() -> None:
+    # The title "OpenMetrics 1.0" names the spec (domain om); the specific keyword "OpenMetrics" also matches the
+    # guide of another domain: a filter to om would cut away a document L0 matched itself, so none is set.
+    provider = L0HintProvider(SPEC_AND_GUIDE)
+    transform = transform_query("moving from OpenMetrics 1.0 to 2.0", provider, max_query_chars=2000)
+    assert transform.hints.domains == ["om"]
+    assert transform.category_filter is None
+    assert transform.filter_reason == "not narrowed to om: L0 also matched guides/migration.md (domain guides)"
+
+
+def test_a_plain_word_of_another_domain_does_not_stop_the_filter(provider: L0HintProvider) -> None:
+    # "eviction", a plain keyword of a mysql page, boosts it but does not keep the query from its redis domain.
+    transform = transform_query("RedisMemoryHigh with eviction", provider, max_query_chars=2000)
+    assert set(transform.hints.matched_sources) == {"redis/memory.md", "mysql/slow.md"}
+    assert transform.category_filter == "redis"
+    spec = L0HintProvider(SPEC_AND_GUIDE)
+    assert spec.outside("om", spec.hints("OpenMetrics 1.0 memory")) == {"guides/migration.md": "guides"}
+
+
+def test_outside_names_what_a_filter_would_cut_away(provider: L0HintProvider) -> None:
+    # Matched by name (RedisMemoryHigh: redis; the title "Disk full": linux) and by a plain word (eviction: mysql).
+    hints = provider.hints("RedisMemoryHigh and disk full with eviction")
+    assert provider.outside("redis", hints) == {"linux/disk.md": "linux"}
+    assert provider.outside("linux", hints) == {"redis/memory.md": "redis"}
+    assert provider.outside("redis", provider.hints("RedisMemoryHigh maxmemory")) == {}
+
+
 def test_two_domains_give_no_filter_and_say_ambiguous(provider: L0HintProvider) -> None:
     transform = transform_query("RedisLatencyHigh and JvmGcPressure", provider, max_query_chars=2000)
     assert transform.category_filter is None
