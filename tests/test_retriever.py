@@ -1,5 +1,8 @@
-"""The pipeline as LlamaIndex parts: a retriever, postprocessors on stock nodes, fusion, evaluation, async,
-instrumentation and the tool's structured output, each used the way a LlamaIndex user would."""
+"""The whole pipeline as a LlamaIndex retriever (kb_retrieval/retriever.py), used the way a LlamaIndex user would:
+its nodes are the evidence, fusion, evaluation, async, instrumentation and events (one retrieval event pair per
+retrieve, callback-manager events); its knobs as VectorIndexRetriever names them (``similarity_top_k``, ``filters``: a
+MetadataFilters scope on every Milvus request of every attempt, unknown names refused) on Milvus Lite and the Milvus
+server; node scores a similarity postprocessor can threshold."""
 
 from __future__ import annotations
 
@@ -8,24 +11,26 @@ import threading
 from typing import Any
 
 import pytest
-from llama_index.core import Document, VectorStoreIndex
+from llama_index.core import Document
+from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugHandler
 from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.span.simple import SimpleSpan
 from llama_index.core.instrumentation.span_handlers.simple import SimpleSpanHandler
 from llama_index.core.llms.mock import MockLLM
+from llama_index.core.postprocessor import SimilarityPostprocessor
 from llama_index.core.query_engine import RetrieverQueryEngine
-from llama_index.core.schema import MetadataMode, QueryBundle
+from llama_index.core.schema import MetadataMode
+from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
+from pydantic import Field
 
-from kb_retrieval.indexing.embeddings import embed_query
-from kb_retrieval.models import LookupResult
-from kb_retrieval.retrieval.dedupe import SourceDeduplicator
-from kb_retrieval.retrieval.doc_rank import DocumentRanker
-from kb_retrieval.retrieval.rerank import RuleReranker
+from kb_retrieval.config import KBSettings
+from kb_retrieval.engine import KnowledgeLookup
+from kb_retrieval.indexing.ingest import ingest
+from kb_retrieval.retrieval.scope import ScopeFilterError
 from kb_retrieval.retrieval.stage import STAGE_KEY, stage_of
-from tests.conftest import SAMPLE_KB
-
-TOOL = "lookup_knowledge"
-ALERT = "RedisMemoryHigh: Redis memory usage above 90% of maxmemory on redis-cache-01:6379"
+from tests.conftest import REPO, SAMPLE_KB
+from tests.support.kb import ALERT
 
 
 def test_retriever_nodes_are_the_evidence_with_source_ids(sample_lookup):
@@ -54,50 +59,6 @@ def test_retriever_query_engine_answers(sample_lookup):
     assert response.source_nodes[0].node.node_id == "redis/memory-usage-high.md"
 
 
-def _stock_nodes(embed_model: Any, query: str) -> list[Any]:
-    """A stock VectorStoreIndex over the sample KB files (one Document per file, stock metadata only)."""
-    documents = [
-        Document(text=path.read_text(encoding="utf-8"), metadata={"file_path": str(path.relative_to(SAMPLE_KB))})
-        for path in sorted(SAMPLE_KB.rglob("*.md"))
-    ]
-    index = VectorStoreIndex.from_documents(documents, embed_model=embed_model)
-    return index.as_retriever(similarity_top_k=8).retrieve(query)
-
-
-def test_postprocessors_run_on_stock_nodes_and_apply_hints(sample_lookup, embed_model):
-    query = "SystemdUnitFailed too many open files"  # an alert name (an L0 keyword) beside another topic's words
-    nodes = _stock_nodes(embed_model, query)
-    assert nodes and all(STAGE_KEY not in n.node.metadata for n in nodes)
-    sources = [n.node.metadata["file_path"] for n in nodes]
-    reranker = RuleReranker(l0=sample_lookup.l0)  # configuration only: the query arrives with the call
-    ranked = reranker.postprocess_nodes([n.model_copy(deep=True) for n in nodes], query_str=query)
-    ranked_sources = [stage_of(n).candidate.source for n in ranked]
-    hinted = "linux/systemd-service-failing.md"
-    assert ranked_sources.index(hinted) < sources.index(hinted)  # the hint moved its document up
-    stage = stage_of(ranked[ranked_sources.index(hinted)])
-    assert stage.candidate.path == "external" and stage.candidate.title  # title known from the L0 index
-    assert "l0_keyword:SystemdUnitFailed" in [str(r) for r in stage.rerank.hit_reasons]  # type: ignore[union-attr]
-    deduped = SourceDeduplicator(focus_weight=0.45).postprocess_nodes(ranked, query_str=query)
-    assert len({stage_of(n).candidate.source for n in deduped}) == len(deduped)
-    # Documents ranked as wholes by the lookup's document vectors (sources are the same relative paths).
-    bundle = QueryBundle(query, embedding=embed_query(embed_model, query))
-    by_document = DocumentRanker(vectors=sample_lookup.doc_vectors).postprocess_nodes(deduped, query_bundle=bundle)
-    assert sorted(stage_of(n).candidate.source for n in by_document) == sorted(
-        stage_of(n).candidate.source for n in deduped
-    )
-    for node in by_document:
-        record = stage_of(node).rerank
-        assert record is not None and node.score == pytest.approx(sum(record.ranking.values()), abs=1e-5)
-        assert {"doc_title", "doc_summary", "doc_text"} <= set(record.ranking)
-    assert [n.score for n in by_document] == sorted((n.score for n in by_document), reverse=True)
-    # Stage data never reaches the LLM's text, and a stock node's own metadata passes through unchanged.
-    assert STAGE_KEY not in ranked[0].node.get_content(metadata_mode=MetadataMode.LLM)
-    assert all(n.node.metadata["file_path"] for n in ranked)
-    # Without an L0 provider and without lookup context there are no hints: the stock order stands.
-    plain = RuleReranker().postprocess_nodes([n.model_copy(deep=True) for n in nodes], query_str=query)
-    assert [n.node.metadata["file_path"] for n in plain] == sources
-
-
 def test_fusion_over_the_pipeline_and_stock_bm25(sample_lookup, embed_model):
     from llama_index.core.node_parser import SentenceSplitter
     from llama_index.core.retrievers import QueryFusionRetriever
@@ -119,7 +80,6 @@ def test_retriever_evaluator_hit_rate_matches_the_offline_evaluation(sample_look
     from llama_index.core.evaluation import RetrieverEvaluator
 
     from kb_retrieval.evaluation.golden import load_golden
-    from tests.conftest import REPO
 
     cases = [c for c in load_golden(REPO / "golden" / "sample-kb.jsonl") if c.expected_docs and c.query.strip()]
     evaluator = RetrieverEvaluator.from_metric_names(["hit_rate"], retriever=sample_lookup.as_retriever())
@@ -254,44 +214,164 @@ def test_retrieval_end_event_nodes_carry_their_stage_data_as_json_for_a_listener
         assert raw["rerank"]["evidence_score"] == stage_of(node).rerank.evidence_score
 
 
-def test_function_agent_receives_the_lookup_result(sample_lookup):
-    from llama_index.core.agent.workflow import FunctionAgent, ToolCallResult
-    from llama_index.core.llms import ChatMessage
-    from llama_index.core.llms.llm import ToolSelection
-    from llama_index.core.llms.mock import MockFunctionCallingLLM
-
-    calls = {"n": 0}
-
-    def respond(messages: Any, **kwargs: Any) -> ChatMessage:
-        calls["n"] += 1
-        if calls["n"] == 1:
-            return ChatMessage(
-                role="assistant",
-                content="",
-                additional_kwargs={
-                    "tool_calls": [
-                        ToolSelection(tool_id="1", tool_name="lookup_knowledge", tool_kwargs={"query": ALERT})
-                    ]
-                },
-            )
-        return ChatMessage(role="assistant", content="See redis/memory-usage-high.md")
-
-    llm = MockFunctionCallingLLM(response_generator=respond)
-    agent = FunctionAgent(tools=[sample_lookup.as_tool()], llm=llm)
-
-    async def run() -> list[ToolCallResult]:
-        handler = agent.run(user_msg="Redis is alerting")
-        results = [e async for e in handler.stream_events() if isinstance(e, ToolCallResult)]
-        await handler
-        return results
-
-    results = asyncio.run(run())
-    assert len(results) == 1
-    raw = results[0].tool_output.raw_output
-    assert isinstance(raw, LookupResult) and raw.evidence_blocks[0].source == "redis/memory-usage-high.md"
-    assert "source: redis/memory-usage-high.md" in results[0].tool_output.content
+# --- events -------------------------------------------------------------------------------------------------
 
 
-def test_tool_query_parameter_is_described(sample_lookup):
-    schema = sample_lookup.as_tool().metadata.get_parameters_dict()
-    assert "alert" in schema["properties"]["query"]["description"]
+class _Counting(BaseEventHandler):
+    counts: dict[str, int] = Field(default_factory=dict)
+
+    def handle(self, event: Any, **kwargs: Any) -> None:
+        self.counts[event.class_name()] = self.counts.get(event.class_name(), 0) + 1
+
+
+def _count(run: Any) -> dict[str, int]:
+    handler = _Counting()
+    root = get_dispatcher()
+    root.add_event_handler(handler)
+    try:
+        run()
+    finally:
+        root.event_handlers.remove(handler)
+    return handler.counts
+
+
+def test_one_retrieval_event_pair_per_retrieve(sample_lookup):
+    retriever = sample_lookup.as_retriever()
+    for run in (
+        lambda: retriever.retrieve(ALERT),
+        lambda: asyncio.run(retriever.aretrieve(ALERT)),
+        lambda: sample_lookup.lookup(ALERT),
+        lambda: sample_lookup.lookup("a question the L0 index maps to mysql: replication lag on the replica"),
+    ):
+        counts = _count(run)
+        assert (counts.get("RetrievalStartEvent"), counts.get("RetrievalEndEvent")) == (1, 1), counts
+
+
+def test_callback_manager_sees_retrieve_and_reranking(sample_lookup):
+    debug = LlamaDebugHandler()
+    retriever = sample_lookup.as_retriever(callback_manager=CallbackManager([debug]))
+    nodes = retriever.retrieve(ALERT)
+    assert len(debug.get_event_pairs(CBEventType.RETRIEVE)) == 1
+    reranking = debug.get_event_pairs(CBEventType.RERANKING)
+    assert len(reranking) in (2, 4)  # RuleReranker and DocumentRanker, per attempt
+    assert reranking[-1][1].payload and reranking[-1][1].payload["nodes"]
+    assert nodes and nodes[0].node.node_id == "redis/memory-usage-high.md"
+    assert sample_lookup.postprocessors[0].callback_manager.handlers == []  # only that retriever's parts report
+
+
+# --- knobs as VectorIndexRetriever names them ---------------------------------------------------------------
+
+MYSQL = MetadataFilters(filters=[MetadataFilter(key="category", value="mysql")])
+
+
+def test_similarity_top_k_is_the_evidence_documents_returned(sample_lookup):
+    assert len(sample_lookup.as_retriever().retrieve(ALERT)) > 2
+    nodes = sample_lookup.as_retriever(similarity_top_k=2).retrieve(ALERT)
+    assert len(nodes) == 2 and nodes[0].node.node_id == "redis/memory-usage-high.md"
+    assert sample_lookup.settings.evidence.max_evidence_blocks == 5  # only that retriever
+
+
+def test_unknown_overrides_are_refused_with_the_valid_names(sample_lookup):
+    with pytest.raises(ValueError, match=r"unknown setting\(s\) top_kk; valid: .*max_evidence_blocks") as raised:
+        sample_lookup.as_retriever(top_kk=3)
+    assert "\n" not in str(raised.value)
+    with pytest.raises(ValueError, match="unknown setting"):
+        sample_lookup.with_settings(top_kk=3)
+
+
+def test_a_filter_to_one_category_returns_only_it_on_every_attempt(sample_lookup):
+    nodes = sample_lookup.as_retriever(filters=MYSQL).retrieve(ALERT)  # a Redis alert scoped to mysql
+    assert nodes and {n.node.metadata["category"] for n in nodes} == {"mysql"}
+    result = sample_lookup.lookup(ALERT, filters=MYSQL)
+    assert {b.category for b in result.evidence_blocks} <= {"mysql"}
+    attempts = result.retrieval_trace.attempts
+    # The L0 hint (redis) is AND-ed with the scope in the filtered attempt; the unfiltered retry keeps the scope.
+    assert len(attempts) == 2 and attempts[0].category_filter == "redis"
+    assert attempts[0].filter_expr == '(category == "mysql") and category == "redis"'
+    assert attempts[1].filter_expr == '(category == "mysql")'
+    # Without the scope the same alert finds the redis runbook (the scope is what changed it).
+    assert sample_lookup.lookup(ALERT).evidence_blocks[0].source == "redis/memory-usage-high.md"
+
+
+def test_a_scope_that_holds_no_document_is_an_empty_answer_not_an_outage(sample_lookup):
+    """The unfiltered search of a known collection that answers nothing is an outage (issue 23), unless a caller's
+    scope narrowed it: a team with no documents gets no evidence, and the knowledge base is not called down."""
+    nobody = MetadataFilters(filters=[MetadataFilter(key="category", value="no-such-team")])
+    result = sample_lookup.lookup(ALERT, filters=nobody)
+    assert not result.found
+    assert result.evidence_status == "no_evidence"
+    assert [a.outcome for a in result.retrieval_trace.attempts] == ["no_candidates", "no_candidates"]
+
+
+def test_exact_identifier_and_bm25_hits_stay_inside_the_scope(sample_lookup):
+    # 'RedisMemoryHigh' is a rare identifier (an exact-identifier candidate) and a strong BM25 term of redis pages.
+    scope = MetadataFilters(filters=[MetadataFilter(key="category", value=["linux", "mysql"], operator="in")])
+    details = sample_lookup.lookup_detailed("RedisMemoryHigh", filters=scope)
+    assert details.ranking and {c.category for c in details.ranking} <= {"linux", "mysql"}
+
+
+def test_or_and_metadata_keys(sample_lookup):
+    either = MetadataFilters(
+        filters=[MetadataFilter(key="category", value="mysql"), MetadataFilter(key="severity", value="critical")],
+        condition=FilterCondition.OR,
+    )
+    sources = {c.source for c in sample_lookup.lookup_detailed("node not ready kubelet", filters=either).ranking}
+    assert "kubernetes/node-not-ready.md" in sources  # the one page with severity: critical
+    assert {s.split("/")[0] for s in sources} <= {"mysql", "kubernetes"}
+    assert {s for s in sources if s.startswith("kubernetes/")} == {"kubernetes/node-not-ready.md"}
+    not_mysql = MetadataFilters(filters=[MetadataFilter(key="category", value=["mysql"], operator=FilterOperator.NIN)])
+    assert "mysql" not in {
+        c.category for c in sample_lookup.lookup_detailed("mysql replication lag", filters=not_mysql).ranking
+    }
+    critical = MetadataFilters(
+        filters=[MetadataFilter(key="severity", value=["critical"], operator=FilterOperator.IN)]
+    )  # `in` on a JSON metadata key (Milvus Lite refuses the plain form)
+    assert {c.source for c in sample_lookup.lookup_detailed("node not ready", filters=critical).ranking} == {
+        "kubernetes/node-not-ready.md"
+    }
+    later = MetadataFilters(filters=[MetadataFilter(key="position", value=1, operator=FilterOperator.GTE)])
+    assert sample_lookup.lookup_detailed(ALERT, filters=later).ranking  # a numeric comparison on a JSON key runs
+
+
+def test_a_bad_operator_or_unknown_key_is_an_error_at_construction(sample_lookup):
+    bad = MetadataFilters(filters=[MetadataFilter(key="category", value="redis", operator=FilterOperator.TEXT_MATCH)])
+    with pytest.raises(ScopeFilterError, match="operator 'text_match' is not supported"):
+        sample_lookup.as_retriever(filters=bad)
+    with pytest.raises(ScopeFilterError, match="filter key 'tenant' is not a field of the collection"):
+        sample_lookup.lookup(ALERT, filters=MetadataFilters(filters=[MetadataFilter(key="tenant", value="acme")]))
+
+
+@pytest.mark.server
+def test_a_filter_to_one_category_on_the_milvus_server(milvus_server, tmp_path, embed_model):
+    settings = KBSettings(
+        state_dir=tmp_path, milvus_uri=milvus_server.uri, collection="kb_scope_test", vector_store_mode="sdk"
+    )
+    ingest([SAMPLE_KB / "redis", SAMPLE_KB / "mysql"], settings, embed_model=embed_model)
+    for mode in ("sdk", "vectorstore"):
+        lookup = KnowledgeLookup(settings.model_copy(update={"vector_store_mode": mode}), embed_model=embed_model)
+        try:
+            assert lookup.lexical_mode == "in_process_bm25"  # Milvus 2.3: BM25 and exact hits in process
+            nodes = lookup.as_retriever(filters=MYSQL).retrieve(ALERT)
+            assert nodes and {n.node.metadata["category"] for n in nodes} == {"mysql"}, mode
+            details = lookup.lookup_detailed("RedisMemoryHigh maxmemory", filters=MYSQL)
+            assert details.ranking and {c.category for c in details.ranking} == {"mysql"}, mode
+            assert lookup.lookup(ALERT).evidence_blocks[0].source == "memory-usage-high.md"
+        finally:
+            lookup.close()
+
+
+# --- node scores --------------------------------------------------------------------------------------------
+
+
+def test_node_scores_are_similarities_a_similarity_postprocessor_thresholds(sample_lookup) -> None:
+    nodes = sample_lookup.as_retriever(similarity_top_k=5).retrieve("Too many connections, max clients reached")
+    assert len(nodes) >= 2
+    assert all(0.0 <= (n.score or 0.0) <= 1.0 for n in nodes)
+    # The order is the pipeline's (its rerank score, in metadata); the score is the best chunk's similarity.
+    reranked = [n.node.metadata["score"] for n in nodes]
+    assert reranked == sorted(reranked, reverse=True) and any(r > 1.0 for r in reranked)
+    assert [n.score for n in nodes] == [n.node.metadata["similarity"] for n in nodes]
+    cutoff = sorted(n.score or 0.0 for n in nodes)[len(nodes) // 2]
+    kept = SimilarityPostprocessor(similarity_cutoff=cutoff).postprocess_nodes(list(nodes))
+    assert [n.node.node_id for n in kept] == [n.node.node_id for n in nodes if (n.score or 0.0) >= cutoff]
+    assert 0 < len(kept) < len(nodes)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import logging
 import shutil
 import subprocess
 import sys
@@ -337,34 +336,6 @@ def test_console_script_first_ingest_is_quiet_and_head_ends_it_cleanly(kb, tmp_p
     assert lookup.wait(timeout=240) == 141
     assert json.loads(first)["caseId"] == f"{queries}:1"
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
-
-
-def test_log_lines_are_masked():
-    from kb_retrieval.log_format import _MaskingFormatter
-
-    record = logging.LogRecord(
-        "x", logging.ERROR, __file__, 1, "cannot reach %s", ("http://root:PW-77@db:19530",), None
-    )
-    # One style with the CLI's own messages (issue 41): "error: ..." / "warning: ...".
-    assert _MaskingFormatter().format(record) == "error: cannot reach http://root:***@db:19530"
-
-
-@pytest.mark.unit
-@pytest.mark.parametrize(
-    ("url", "shown"),
-    [
-        ("sqlite:///.kb-state/demo/traces.db", "sqlite:///.kb-state/demo/traces.db"),  # relative: three slashes
-        ("sqlite:////var/lib/kb/traces.db", "sqlite:////var/lib/kb/traces.db"),  # absolute: four
-        ("sqlite:///t.db?password=PW-1", "sqlite:///t.db?password=***"),
-        ("sqlite://", "sqlite://"),
-        ("http://root:PW-2@db:19530", "http://root:***@db:19530"),
-    ],
-)
-def test_masking_keeps_the_url_as_written_but_its_secrets(url, shown):
-    from kb_retrieval.config import mask_secrets, mask_url
-
-    assert mask_url(url) == shown
-    assert mask_secrets(f"rows in {url} (x)") == f"rows in {shown} (x)"
 
 
 # --- issue 14 item 5: the chunk count on a Milvus server --------------------------------------------------------

@@ -1,64 +1,25 @@
-"""The edges a LlamaIndex user touches first (issue 24): as_query_engine like BaseIndex's, postprocessors that never
-go quiet (stock sync and async pipelines, SimpleDirectoryReader nodes, config-only serialisation), one retrieval event
-pair per retrieve with callback-manager events, and the public names."""
+"""The postprocessors (rerank, dedupe, document ranking) as LlamaIndex parts, never going quiet (issue 24): on stock
+nodes with the lookup's hints, in stock sync and async pipelines over SimpleDirectoryReader nodes, what they cannot do
+recorded on the node, their configuration serialised alone and reattached by ``from_lookup``."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from typing import Any
 
 import pytest
-from llama_index.core import SimpleDirectoryReader, VectorStoreIndex
-from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugHandler
-from llama_index.core.instrumentation import get_dispatcher
-from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+from llama_index.core import Document, SimpleDirectoryReader, VectorStoreIndex
 from llama_index.core.llms.mock import MockLLM
-from llama_index.core.query_engine import RetrieverQueryEngine
-from llama_index.core.response_synthesizers import TreeSummarize
-from llama_index.core.schema import QueryBundle
-from pydantic import Field
+from llama_index.core.schema import MetadataMode, QueryBundle
 
 from kb_retrieval.engine import KnowledgeLookup
-from kb_retrieval.query_engine import KnowledgeQueryEngine
-from kb_retrieval.result import agent_text
+from kb_retrieval.indexing.embeddings import embed_query
+from kb_retrieval.retrieval.dedupe import SourceDeduplicator
 from kb_retrieval.retrieval.doc_rank import DocumentRanker
 from kb_retrieval.retrieval.rerank import RuleReranker
-from kb_retrieval.retrieval.stage import HitKind, stage_of
-from tests.conftest import REPO, SAMPLE_KB
-
-ALERT = "RedisMemoryHigh: Redis memory usage above 90% of maxmemory on redis-cache-01:6379"
-
-
-# --- as_query_engine ----------------------------------------------------------------------------------------
-
-
-def test_query_engine_with_an_llm_answers_through_it(sample_lookup):
-    engine = sample_lookup.as_query_engine(
-        llm=MockLLM(max_tokens=8), response_mode="tree_summarize", similarity_top_k=2
-    )
-    assert isinstance(engine, RetrieverQueryEngine)
-    assert isinstance(engine._response_synthesizer, TreeSummarize)  # response_mode kept
-    response = engine.query(ALERT)
-    assert str(response).split() == ["text"] * 8  # MockLLM's answer, not the evidence text
-    assert [n.node.node_id for n in response.source_nodes][:1] == ["redis/memory-usage-high.md"]
-    assert len(response.source_nodes) == 2  # similarity_top_k kept
-
-
-def test_query_engine_without_an_llm_is_the_evidence_and_refuses_what_it_cannot_honour(sample_lookup):
-    engine = sample_lookup.as_query_engine(similarity_top_k=1)
-    assert isinstance(engine, KnowledgeQueryEngine)
-    response = engine.query(ALERT)
-    assert str(response) == agent_text(engine.lookup.lookup(ALERT))  # the evidence text, as lookup_knowledge's
-    assert [n.node.node_id for n in response.source_nodes] == ["redis/memory-usage-high.md"]
-    assert json.loads(engine.model_dump_json())  # configuration only: the lookup is not serialised
-    with pytest.raises(TypeError, match="unexpected argument\\(s\\) top_kk"):
-        sample_lookup.as_query_engine(llm=MockLLM(), top_kk=2)
-    with pytest.raises(ValueError, match="response_mode: answer synthesis needs llm"):
-        sample_lookup.as_query_engine(response_mode="compact")
-
+from kb_retrieval.retrieval.stage import STAGE_KEY, HitKind, stage_of
+from tests.conftest import SAMPLE_KB
 
 # --- postprocessors in stock pipelines ----------------------------------------------------------------------
 
@@ -136,81 +97,48 @@ def test_postprocessor_configuration_round_trips_and_from_lookup_reattaches(torc
     assert RuleReranker.from_lookup(torch_lookup, config=reranker.to_dict()).l0 is torch_lookup.l0
 
 
-# --- events -------------------------------------------------------------------------------------------------
+# --- on stock nodes -----------------------------------------------------------------------------------------
 
 
-class _Counting(BaseEventHandler):
-    counts: dict[str, int] = Field(default_factory=dict)
-
-    def handle(self, event: Any, **kwargs: Any) -> None:
-        self.counts[event.class_name()] = self.counts.get(event.class_name(), 0) + 1
-
-
-def _count(run: Any) -> dict[str, int]:
-    handler = _Counting()
-    root = get_dispatcher()
-    root.add_event_handler(handler)
-    try:
-        run()
-    finally:
-        root.event_handlers.remove(handler)
-    return handler.counts
+def _stock_nodes(embed_model: Any, query: str) -> list[Any]:
+    """A stock VectorStoreIndex over the sample KB files (one Document per file, stock metadata only)."""
+    documents = [
+        Document(text=path.read_text(encoding="utf-8"), metadata={"file_path": str(path.relative_to(SAMPLE_KB))})
+        for path in sorted(SAMPLE_KB.rglob("*.md"))
+    ]
+    index = VectorStoreIndex.from_documents(documents, embed_model=embed_model)
+    return index.as_retriever(similarity_top_k=8).retrieve(query)
 
 
-def test_one_retrieval_event_pair_per_retrieve(sample_lookup):
-    retriever = sample_lookup.as_retriever()
-    for run in (
-        lambda: retriever.retrieve(ALERT),
-        lambda: asyncio.run(retriever.aretrieve(ALERT)),
-        lambda: sample_lookup.lookup(ALERT),
-        lambda: sample_lookup.lookup("a question the L0 index maps to mysql: replication lag on the replica"),
-    ):
-        counts = _count(run)
-        assert (counts.get("RetrievalStartEvent"), counts.get("RetrievalEndEvent")) == (1, 1), counts
-
-
-def test_callback_manager_sees_retrieve_and_reranking(sample_lookup):
-    debug = LlamaDebugHandler()
-    retriever = sample_lookup.as_retriever(callback_manager=CallbackManager([debug]))
-    nodes = retriever.retrieve(ALERT)
-    assert len(debug.get_event_pairs(CBEventType.RETRIEVE)) == 1
-    reranking = debug.get_event_pairs(CBEventType.RERANKING)
-    assert len(reranking) in (2, 4)  # RuleReranker and DocumentRanker, per attempt
-    assert reranking[-1][1].payload and reranking[-1][1].payload["nodes"]
-    assert nodes and nodes[0].node.node_id == "redis/memory-usage-high.md"
-    assert sample_lookup.postprocessors[0].callback_manager.handlers == []  # only that retriever's parts report
-
-
-# --- public names -------------------------------------------------------------------------------------------
-
-
-@pytest.mark.unit
-def test_postprocessors_and_the_retriever_are_public_and_settings_is_deprecated():
-    import kb_retrieval
-    from kb_retrieval import (  # noqa: F401
-        DocumentExpander,
-        DocumentRanker,
-        KBSettings,
-        KnowledgeRetriever,
-        RuleReranker,
-        SourceDeduplicator,
+def test_postprocessors_run_on_stock_nodes_and_apply_hints(sample_lookup, embed_model):
+    query = "SystemdUnitFailed too many open files"  # an alert name (an L0 keyword) beside another topic's words
+    nodes = _stock_nodes(embed_model, query)
+    assert nodes and all(STAGE_KEY not in n.node.metadata for n in nodes)
+    sources = [n.node.metadata["file_path"] for n in nodes]
+    reranker = RuleReranker(l0=sample_lookup.l0)  # configuration only: the query arrives with the call
+    ranked = reranker.postprocess_nodes([n.model_copy(deep=True) for n in nodes], query_str=query)
+    ranked_sources = [stage_of(n).candidate.source for n in ranked]
+    hinted = "linux/systemd-service-failing.md"
+    assert ranked_sources.index(hinted) < sources.index(hinted)  # the hint moved its document up
+    stage = stage_of(ranked[ranked_sources.index(hinted)])
+    assert stage.candidate.path == "external" and stage.candidate.title  # title known from the L0 index
+    assert "l0_keyword:SystemdUnitFailed" in [str(r) for r in stage.rerank.hit_reasons]  # type: ignore[union-attr]
+    deduped = SourceDeduplicator(focus_weight=0.45).postprocess_nodes(ranked, query_str=query)
+    assert len({stage_of(n).candidate.source for n in deduped}) == len(deduped)
+    # Documents ranked as wholes by the lookup's document vectors (sources are the same relative paths).
+    bundle = QueryBundle(query, embedding=embed_query(embed_model, query))
+    by_document = DocumentRanker(vectors=sample_lookup.doc_vectors).postprocess_nodes(deduped, query_bundle=bundle)
+    assert sorted(stage_of(n).candidate.source for n in by_document) == sorted(
+        stage_of(n).candidate.source for n in deduped
     )
-
-    with pytest.warns(DeprecationWarning, match="use kb_retrieval.KBSettings"):
-        assert kb_retrieval.Settings is KBSettings
-    import kb_retrieval.config
-
-    with pytest.warns(DeprecationWarning, match="use KBSettings"):
-        assert kb_retrieval.config.Settings is KBSettings
-    # The project itself never goes through the deprecated name.
-    code = """
-import importlib, pkgutil, warnings
-warnings.filterwarnings("error", message=r"kb_retrieval(\\.config)?\\.Settings is deprecated")
-import kb_retrieval, sidecar
-for pkg in (kb_retrieval, sidecar):
-    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
-        if not m.name.endswith(".__main__"):  # running a package's __main__ is running its command
-            importlib.import_module(m.name)
-"""
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+    for node in by_document:
+        record = stage_of(node).rerank
+        assert record is not None and node.score == pytest.approx(sum(record.ranking.values()), abs=1e-5)
+        assert {"doc_title", "doc_summary", "doc_text"} <= set(record.ranking)
+    assert [n.score for n in by_document] == sorted((n.score for n in by_document), reverse=True)
+    # Stage data never reaches the LLM's text, and a stock node's own metadata passes through unchanged.
+    assert STAGE_KEY not in ranked[0].node.get_content(metadata_mode=MetadataMode.LLM)
+    assert all(n.node.metadata["file_path"] for n in ranked)
+    # Without an L0 provider and without lookup context there are no hints: the stock order stands.
+    plain = RuleReranker().postprocess_nodes([n.model_copy(deep=True) for n in nodes], query_str=query)
+    assert [n.node.metadata["file_path"] for n in plain] == sources

@@ -1,5 +1,5 @@
 """What many tests share to set up a knowledge base and a child process: a folder of Markdown files written from a
-dict, and the offline environment (no model download, no tokenizer fork warning).
+dict, the offline environment (no model download, no tokenizer fork warning), and the alert many tests look up.
 
 Example:
     >>> kb = write_kb(tmp_path / "kb", {"redis/memory.md": "# Redis memory\\n\\nRaise maxmemory.\\n"})  # doctest: +SKIP
@@ -11,6 +11,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+
+#: The alert many tests look up: the sample KB answers it with ``redis/memory-usage-high.md``.
+ALERT = "RedisMemoryHigh: Redis memory usage above 90% of maxmemory on redis-cache-01:6379"
 
 #: What keeps a child process offline and quiet: the model from the local cache only, no tokenizer fork warning.
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
