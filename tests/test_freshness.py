@@ -6,29 +6,22 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from kb_retrieval.config import KBSettings
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing.ingest import ingest
 from tests.conftest import SAMPLE_KB
+from tests.support.kb import LATER_DOC, ingested, write_kb
 
 
 def test_a_long_lived_lookup_sees_a_later_ingest(tmp_path: Path, embed_model) -> None:
     kb = tmp_path / "kb"
     shutil.copytree(SAMPLE_KB / "redis", kb / "redis")
-    settings = KBSettings(state_dir=tmp_path / "state", vector_store_mode="sdk", freshness_check_s=0)
-    ingest([kb], settings, embed_model=embed_model)
+    settings = ingested([kb], tmp_path / "state", embed_model, vector_store_mode="sdk", freshness_check_s=0)
     lookup = KnowledgeLookup(settings, embed_model=embed_model)
     query = "ZorkQuuxSpindleJammed on frobnicator-7"
     before = lookup.lookup(query)
     assert "ZorkQuuxSpindleJammed" not in before.query_transform.hints.matched_keywords
 
-    new = kb / "frobnicator" / "spindle-jammed.md"
-    new.parent.mkdir(parents=True)
-    new.write_text(
-        "---\ntitle: Frobnicator spindle jammed\nkeywords: [ZorkQuuxSpindleJammed]\n---\n"
-        "# Frobnicator spindle jammed\n\n## Mitigation\n\nUnjam the spindle of the frobnicator with the quux lever.\n",
-        encoding="utf-8",
-    )
+    write_kb(kb, LATER_DOC)
     ingest([kb], settings, embed_model=embed_model)  # another writer: the lookup object is not told
 
     after = lookup.lookup(query)

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from kb_retrieval.cli import build_parser, main
 from kb_retrieval.config import KBSettings
 from tests.conftest import REPO, SAMPLE_KB
-from tests.support.kb import offline_env
+from tests.support.kb import offline_env, write_kb
 
 DOC = (
     "---\ntitle: Disk full\nkeywords: [NodeDiskFull]\ncategory: linux\n---\n"
@@ -26,9 +26,7 @@ DOC = (
 
 @pytest.fixture
 def kb(tmp_path: Path) -> Path:
-    (tmp_path / "kb" / "linux").mkdir(parents=True)
-    (tmp_path / "kb" / "linux" / "disk.md").write_text(DOC)
-    return tmp_path / "kb"
+    return write_kb(tmp_path / "kb", {"linux/disk.md": DOC})
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -210,9 +208,7 @@ def test_symlinked_folder_and_empty_ingest_are_reported(tmp_path, capsys, caplog
     code, out, err = run(capsys, "ingest", str(empty), "--state-dir", state, "--json")
     assert code == 1 and json.loads(out)["empty_kb_dirs"] == [str(empty)]
 
-    kb = tmp_path / "kb"
-    (kb / "linux").mkdir(parents=True)
-    (kb / "linux" / "disk.md").write_text(DOC)
+    kb = write_kb(tmp_path / "kb", {"linux/disk.md": DOC})
     (kb / "alias").symlink_to(kb / "linux", target_is_directory=True)
     code, out, err = run(capsys, "ingest", str(kb), "--state-dir", state)
     skipped = "skipped alias/: refused: a symlinked folder is not followed"
