@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Mapping
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Self, cast
 
@@ -31,6 +32,7 @@ from kb_retrieval.settings import (
     EmbeddingSettings,
     EvidenceSettings,
     FlatNamesSource,
+    RefusingSource,
     RetrievalSettings,
     SchemaFieldsSettings,
     SidecarSettings,
@@ -39,6 +41,9 @@ from kb_retrieval.settings import (
     flattened,
     grouped,
 )
+
+#: True while :meth:`KBSettings.updated` validates a copy: its values are complete, so no source but them is read.
+_COPYING: ContextVar[bool] = ContextVar("kb_settings_copying", default=False)
 
 __all__ = [
     "MASK",
@@ -108,11 +113,8 @@ class KBSettings(BaseSettings):
     @model_validator(mode="before")
     @classmethod
     def _scoring_from_profile(cls, data: Any) -> Any:
-        # The weights are one versioned profile: a weight set one by one in the environment would be a profile no
-        # trace names, so it is refused, not ignored. A profile given in Python wins over the file (a copy of these
-        # settings carries both); the file is read only to make the settings.
-        if refusal := environment_refusal(os.environ):
-            raise ValueError(refusal)
+        # A profile given in Python wins over the file (a copy of these settings carries both); the file is read
+        # only to make the settings.
         if isinstance(data, dict) and data.get("scoring_profile") and data.get("scoring") is None:
             data = {**data, "scoring": load_profile(Path(data["scoring_profile"]))}
         return data
@@ -135,9 +137,13 @@ class KBSettings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Each source's flat names join their groups before the sources are merged: a keyword then still wins over
-        # the environment whichever form either uses.
-        flat_names = tuple(FlatNamesSource(source) for source in (init_settings, env_settings, dotenv_settings))
-        return (*flat_names, file_secret_settings)
+        # the environment whichever form either uses. The scoring weights are one versioned profile: a weight set one
+        # by one in the environment would be a profile no trace names, so it is refused, not ignored, where the
+        # environment is read (a copy of the settings, ``updated``, does not read it again).
+        keywords, environment, dotenv = (FlatNamesSource(s) for s in (init_settings, env_settings, dotenv_settings))
+        if _COPYING.get():
+            return (keywords,)
+        return keywords, RefusingSource(environment, environment_refusal), dotenv, file_secret_settings
 
     @model_validator(mode="before")
     @classmethod
@@ -179,7 +185,11 @@ class KBSettings(BaseSettings):
                 data[name] = {**data[name], **value}
             else:
                 data[name] = value
-        return type(self).model_validate(data)
+        copying = _COPYING.set(True)  # validated from these values alone: the environment is not read again
+        try:
+            return type(self).model_validate(data)
+        finally:
+            _COPYING.reset(copying)
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         """A copy; with ``update``, :meth:`updated`'s validated one (flat names join their groups, none is junk)."""

@@ -45,6 +45,8 @@ _STYLE = (
 
 @dataclass
 class Table:
+    """A table of a view: its header and its rows of cell text."""
+
     header: list[str]
     rows: list[list[str]]
 
@@ -332,6 +334,7 @@ def _section_row(section: Any) -> list[str]:
 
 
 def evidence_repr(block: EvidenceBlock) -> str:
+    """A one-line repr of an evidence block: its source, title, similarity and length."""
     title = f" {_cut(block.title)!r}" if block.title else ""
     return (
         f"<EvidenceBlock {_cut(block.source)!r}{title} similarity {block.similarity:.3f}, {len(block.content)} chars>"
@@ -390,11 +393,13 @@ def rerank_view(trace: RerankTrace) -> View:
 
 
 def rerank_repr(trace: RerankTrace) -> str:
+    """A one-line repr of a rerank trace: its counts and its first sources."""
     firsts = ", ".join(_cut(e.source, 40) for e in trace.entries[:3])
     return f"<RerankTrace {trace.candidate_count} candidate(s), {len(trace.entries)} ranked: {firsts or '-'}>"
 
 
 def rerank_rows(trace: RerankTrace) -> list[dict[str, Any]]:
+    """The rerank trace as rows (one per ranked candidate, one column per boost), for a DataFrame."""
     return [
         {
             "rank": e.rank,
@@ -410,6 +415,7 @@ def rerank_rows(trace: RerankTrace) -> list[dict[str, Any]]:
 
 
 def rerank_columns(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The columns of :func:`rerank_rows`' rows, in order: every boost any row has, between the scores."""
     boosts = sorted({key for row in rows for key in row if key.startswith("boost_")})
     return ["rank", "source", "section", "base_score", "boosts", *boosts, "final_score"]
 
@@ -452,11 +458,13 @@ def eval_view(report: EvalReport) -> View:
 
 
 def eval_repr(report: EvalReport) -> str:
+    """A one-line repr of an evaluation report: its golden file, cases and hit levels."""
     o = report.overall
     return f"<EvalReport {report.golden}: {o.case_count} case(s), strong {o.strong}, medium {o.medium}, miss {o.miss}>"
 
 
 def eval_rows(report: EvalReport) -> list[dict[str, Any]]:
+    """The evaluation report's cases as rows (the columns of :data:`CASE_COLUMNS`), for a DataFrame."""
     return [
         {
             "case": c.case_id,

@@ -39,6 +39,8 @@ class ScoreLabel(str, Enum):
 
 
 class EvidenceStatus(str, Enum):
+    """Whether a lookup found evidence, found none, or could not search the knowledge base."""
+
     OK = "ok"
     NO_EVIDENCE = "no_evidence"
     #: Milvus could not be searched (every attempt failed): an outage, not an empty knowledge base.
@@ -81,6 +83,8 @@ class L0Hints(Contract):
 
 
 class QueryTransform(Contract):
+    """The query as the lookup searched it: normalised, the L0 hints, the category filter and why."""
+
     original_query: str
     normalized_query: str
     truncated: bool = False
@@ -119,6 +123,8 @@ AttemptOutcome = Literal["ok", "no_candidates", "no_evidence", "low_quality", "e
 
 
 class RetrievalAttempt(Contract):
+    """One L1 search attempt (filtered or not) of a lookup: what it searched, the path that served, and its outcome."""
+
     attempt: int
     filtered: bool
     category_filter: str | None = None
@@ -161,6 +167,8 @@ FallbackReason = Literal["filtered_vector_no_evidence", "filtered_vector_low_qua
 
 
 class RetrievalTrace(Contract):
+    """How a lookup searched: its attempts, the one selected, why it fell back, and the counts."""
+
     attempts: list[RetrievalAttempt] = Field(default_factory=list)
     selected_attempt: int | None = None
     fallback_reason: FallbackReason | None = None
@@ -177,6 +185,8 @@ class RetrievalTrace(Contract):
 
 
 class RerankEntry(Contract):
+    """One ranked candidate in the rerank trace: its rank, base score, boosts and final score."""
+
     rank: int
     source: str
     breadcrumb: str | None = None
@@ -232,6 +242,8 @@ class EvidenceBlock(Displayed, Contract):
 
 
 class PackedBlock(Contract):
+    """One evidence block as the context pack holds it, cut to the budget when it had to be."""
+
     source: str
     title: str | None = None
     breadcrumb: str | None = None
@@ -241,6 +253,8 @@ class PackedBlock(Contract):
 
 
 class ContextPackSummary(Contract):
+    """What the context pack holds: the token budget and use, and the sources included, cut or left out."""
+
     budget_tokens: int
     used_tokens: int
     included_sources: list[str] = Field(default_factory=list)
@@ -255,6 +269,8 @@ class ContextPackSummary(Contract):
 
 
 class ContextPack(Contract):
+    """The evidence packed for the agent within the token budget: its blocks, its text and a summary."""
+
     blocks: list[PackedBlock] = Field(default_factory=list)
     text: str = ""
     summary: ContextPackSummary

@@ -64,6 +64,7 @@ def assemble_result(
     l1_enabled: bool,
     stage_ms: dict[str, float],
 ) -> LookupResult:
+    """The lookup result from the query transform, the L1 outcome and the context pack."""
     selected = l1.selected
     blocks = selected.blocks if selected else []
     attempts = l1.attempts
@@ -101,6 +102,7 @@ def assemble_result(
 
 
 def rerank_trace(selected: AttemptResult | None) -> RerankTrace:
+    """The rerank trace of the selected attempt: its first ranked candidates, one per evidence block (at least one)."""
     if selected is None:
         return RerankTrace()
     entries = []
@@ -238,6 +240,7 @@ def completeness(blocks: list[EvidenceBlock], summary: ContextPackSummary) -> st
 def layer(
     transform: QueryTransform, attempts: list[AttemptResult], blocks: list[EvidenceBlock]
 ) -> Literal["L1", "L0+L1", "none"]:
+    """The layers that found the evidence: L1 alone, L0 hints with L1, or none (no candidate at all)."""
     if not any(a.trace.candidate_count for a in attempts):
         return "none"
     uses_l0 = not transform.hints.empty or any(b.retrieval_layer == "L0+L1" for b in blocks)

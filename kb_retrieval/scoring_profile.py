@@ -338,7 +338,7 @@ def _close(name: str) -> str:
     return f" (did you mean {match[0]!r}?)" if match else ""
 
 
-def environment_refusal(environ: Mapping[str, str]) -> str | None:
+def environment_refusal(environ: Mapping[str, object]) -> str | None:
     """Why the environment cannot be used, or None: it sets a weight one by one (``KB_SCORING__<NAME>`` or a whole
     ``KB_SCORING``), which is no longer read; the profile is chosen as a whole by ``KB_SCORING_PROFILE``.
 

@@ -437,6 +437,7 @@ def compare_view(report: CompareReport) -> View:
 
 
 def compare_repr(report: CompareReport) -> str:
+    """A one-line repr of a comparison report: its cases, the sidecar's status and the agreement."""
     s = report.summary
     return (
         f"<CompareReport {report.golden}: {s.case_count} case(s), sidecar {s.sidecar_status}, strong "
@@ -445,6 +446,7 @@ def compare_repr(report: CompareReport) -> str:
 
 
 def compare_rows(report: CompareReport) -> list[dict[str, Any]]:
+    """The comparison report's cases as rows, for a DataFrame."""
     return [_case_row(c) for c in report.cases]
 
 

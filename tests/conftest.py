@@ -1,4 +1,7 @@
-"""Shared fixtures: the real embedding model (loaded once), the bundled sample KB ingested into Milvus Lite."""
+"""Shared fixtures: the real embedding model (loaded once), the bundled sample KB ingested into Milvus Lite.
+
+Where a test goes (the tests mirror the package; the project-wide checks at the top) is said in ``tests/__init__.py``.
+"""
 
 from __future__ import annotations
 

@@ -14,8 +14,7 @@ from kb_retrieval.indexing.l0_index import L0Entry
 from kb_retrieval.models import EvidenceStatus
 from kb_retrieval.retrieval.l0_hints import L0HintProvider
 from kb_retrieval.retrieval.l1.base import L1Search
-
-ALERT = "RedisMemoryHigh: Redis memory usage above 90% of maxmemory on redis-cache-01:6379"
+from tests.support.kb import ALERT
 
 
 def _lookup(settings: KBSettings, embed_model, **changes) -> KnowledgeLookup:

@@ -16,6 +16,7 @@ from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing.ingest import ingest
 from kb_retrieval.pipeline import Pipeline
 from tests.conftest import SAMPLE_KB
+from tests.support.kb import LATER_DOC, ingested, write_kb
 
 QUERIES = ("RedisMemoryHigh on redis-cache-01", "ZorkQuuxSpindleJammed on frobnicator-7", "mysql replication lag")
 
@@ -40,8 +41,7 @@ def _walk(pipeline: Pipeline) -> list[tuple[int, dict[str, int]]]:
 def growing(tmp_path: Path, embed_model) -> tuple[KnowledgeLookup, Path, KBSettings]:
     kb = tmp_path / "kb"
     shutil.copytree(SAMPLE_KB / "redis", kb / "redis")
-    settings = KBSettings(state_dir=tmp_path / "state", freshness_check_s=3600)
-    ingest([kb], settings, embed_model=embed_model)
+    settings = ingested([kb], tmp_path / "state", embed_model, freshness_check_s=3600)
     return KnowledgeLookup(settings, embed_model=embed_model), kb, settings
 
 
@@ -55,13 +55,7 @@ def test_no_stage_is_assigned_after_build_and_a_reload_builds_a_new_pipeline(gro
         wide.lookup(query)
     assert lookup.pipeline is old and _walk(old) == walked  # lookups read the pipeline, never write into it
 
-    new_doc = kb / "frobnicator" / "spindle-jammed.md"
-    new_doc.parent.mkdir(parents=True)
-    new_doc.write_text(
-        "---\ntitle: Frobnicator spindle jammed\nkeywords: [ZorkQuuxSpindleJammed]\n---\n"
-        "# Frobnicator spindle jammed\n\n## Mitigation\n\nUnjam the spindle with the quux lever.\n",
-        encoding="utf-8",
-    )
+    write_kb(kb, LATER_DOC)
     ingest([kb], settings, embed_model=embed_model)
     assert lookup.refresh(force=True)
 

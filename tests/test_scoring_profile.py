@@ -203,6 +203,16 @@ def test_a_weight_in_the_environment_is_refused_not_ignored(monkeypatch, variabl
 
 
 @pytest.mark.unit
+def test_the_refusal_is_where_the_environment_is_read_not_in_a_copy_of_the_settings(monkeypatch):
+    settings = KBSettings()
+    monkeypatch.setenv("KB_SCORING__RANK_L0", "0.2")
+    assert settings.updated(top_k=7).retrieval.top_k == 7  # a copy validates without reading the environment
+    assert settings.model_copy(update={"top_k": 7}).scoring == settings.scoring
+    with pytest.raises(ValidationError, match="KB_SCORING__RANK_L0 is no longer read"):
+        KBSettings()  # new settings read it, and refuse it
+
+
+@pytest.mark.unit
 def test_the_profile_is_chosen_as_a_whole_never_weight_by_weight_per_request():
     current = KBSettings()
     check_overrides({"scoring": BUILT_IN_PROFILE.variant("mine", rank_l0=2.0)}, current)  # Python: the tuning tools

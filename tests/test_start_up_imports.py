@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 from tests.conftest import SAMPLE_KB
+from tests.support.kb import offline_env
 
 SCRIPT = textwrap.dedent(
     """
@@ -32,13 +33,18 @@ SCRIPT = textwrap.dedent(
 )
 
 
+def _bare_env(**extra: str) -> dict[str, str]:
+    """A child's whole environment: offline, a plain PATH, and ``extra``; nothing inherited from this process."""
+    return offline_env({"PATH": "/usr/bin:/bin"}, **extra)
+
+
 def _run(tmp_path, mode: str) -> dict:
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(tmp_path / mode), str(SAMPLE_KB), mode],
         capture_output=True,
         text=True,
         timeout=600,
-        env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin"},
+        env=_bare_env(),
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -88,7 +94,7 @@ def test_cli_ingest_and_memory_plan_lookup_load_no_torch(tmp_path) -> None:
         capture_output=True,
         text=True,
         timeout=900,
-        env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(Path.home())},
+        env=_bare_env(HOME=str(Path.home())),
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -128,7 +134,7 @@ DEFERRED_SCRIPT = textwrap.dedent(
 
 
 def _lookup_report(state, mode: str) -> dict:
-    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
+    env = _bare_env(HOME=str(Path.home()))
     proc = subprocess.run(
         [sys.executable, "-c", DEFERRED_SCRIPT, str(state), mode], capture_output=True, text=True, timeout=600, env=env
     )
@@ -140,7 +146,7 @@ def test_memory_plan_lookup_with_deferred_package_inits_loads_no_llama_index_ind
     """What the CLI's in-process lookup does: LlamaIndex's package __init__ files deferred, a lookup through the memory
     plan never runs them (no indices, chat engines, query engines); asking the package for a name still works."""
     state = tmp_path / "state"
-    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
+    env = _bare_env(HOME=str(Path.home()))
     ingested = subprocess.run(
         [sys.executable, "-c", INGEST_SCRIPT, str(state), str(SAMPLE_KB)], capture_output=True, text=True, env=env
     )
@@ -159,7 +165,7 @@ def test_the_cli_lookup_defers_llama_index_package_inits(tmp_path) -> None:
     plan's lookup answers without importing ``llama_index.core.indices``; an import the CLI makes before the lookup
     would show here."""
     state = tmp_path / "state"
-    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
+    env = _bare_env(HOME=str(Path.home()))
     ingested = subprocess.run(
         [sys.executable, "-c", INGEST_SCRIPT, str(state), str(SAMPLE_KB)], capture_output=True, text=True, env=env
     )

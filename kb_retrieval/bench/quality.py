@@ -48,6 +48,8 @@ SETTINGS = (
 
 @dataclass
 class Case:
+    """One golden case as the quality bench reads it: the query, the documents answering it, what its evidence holds."""
+
     case_id: str
     query: str
     relevant: set[str]
@@ -91,6 +93,8 @@ def _heading(breadcrumb: object) -> str:
 
 @dataclass
 class SystemScores:
+    """The counts one system gathers over a golden set, from which its quality figures are computed."""
+
     answerable: int = 0
     hits: dict[int, int] = field(default_factory=lambda: dict.fromkeys(KS, 0))
     reciprocal_ranks: float = 0.0

@@ -18,6 +18,7 @@ from kb_retrieval.config import KBSettings
 
 
 def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile of ``values`` (numpy's), rounded to three decimals."""
     return round(float(np.percentile(np.asarray(values), q)), 3)
 
 

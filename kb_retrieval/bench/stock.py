@@ -46,12 +46,15 @@ def read_documents(roots: Sequence[Path]) -> list[Document]:
 
 
 def stock_nodes(documents: list[Document]) -> list[BaseNode]:
+    """The documents split as stock LlamaIndex splits them: Markdown sections, then 512-token sentence chunks."""
     nodes = MarkdownNodeParser().get_nodes_from_documents(documents)
     return SentenceSplitter(chunk_size=512).get_nodes_from_documents(nodes)  # type: ignore[arg-type]
 
 
 @dataclass
 class StockRetrievers:
+    """The stock LlamaIndex retrievers the bench compares against (dense, BM25, their fusion) over one collection."""
+
     dense: BaseRetriever
     bm25: BaseRetriever
     fusion: BaseRetriever
@@ -62,6 +65,7 @@ class StockRetrievers:
 
 
 def build_stock(roots: Sequence[Path], uri: str, collection: str, embed_model: BaseEmbedding) -> StockRetrievers:
+    """Index ``roots`` the stock LlamaIndex way in a Milvus collection of its own and build its retrievers."""
     from llama_index.retrievers.bm25 import BM25Retriever
 
     nodes = stock_nodes(read_documents(roots))

@@ -135,6 +135,7 @@ def _fit(text: str, limit: int) -> str:
 
 
 def doc_vectors_collection_name(settings: KBSettings) -> str:
+    """The name of the document-vector collection beside the chunks' collection."""
     return settings.storage.collection + DOC_VECTORS_SUFFIX
 
 

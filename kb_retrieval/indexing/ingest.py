@@ -75,6 +75,8 @@ WINDOW_BATCHES = 16
 
 
 class SkippedEntry(BaseModel):
+    """A file an ingest skipped, and why."""
+
     source: str
     reason: str
 

@@ -52,6 +52,8 @@ WRITE_BATCH = 500
 
 
 class L0Entry(BaseModel):
+    """What L0 knows of one document: its knowledge base, title, category, keywords, entities and headings."""
+
     kb: str
     title: str
     category: str | None = None

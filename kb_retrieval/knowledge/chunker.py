@@ -39,6 +39,8 @@ BREADCRUMB_SEPARATOR = " > "
 
 @dataclass(frozen=True)
 class Chunk:
+    """One chunk of a document, in reading order, with the breadcrumb of the section it comes from."""
+
     chunk_id: str
     source_id: str
     position: int
@@ -89,6 +91,7 @@ MIN_SPLIT_TOKENS = 8
 
 
 def chunk_id_for(source_id: str, content_hash: str, position: int, text: str = "") -> str:
+    """A chunk's id: stable for the same document content, position and text, new when any changes."""
     return hashlib.sha256(f"{source_id}\x00{content_hash}\x00{position}\x00{text}".encode()).hexdigest()[:32]
 
 

@@ -27,6 +27,8 @@ _HEADINGS = {f"h{n}": n for n in range(1, 7)}
 
 @dataclass(frozen=True)
 class HtmlPage:
+    """An HTML page as Markdown-like text (:func:`html_to_text`): its title and its text."""
+
     title: str
     text: str
 

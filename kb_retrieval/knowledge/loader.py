@@ -76,6 +76,8 @@ class KnowledgeBaseError(ValueError):
 
 @dataclass(frozen=True)
 class SkippedFile:
+    """A file the loader did not read, and why."""
+
     source_id: str
     reason: str
 

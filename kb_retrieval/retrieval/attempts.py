@@ -34,6 +34,8 @@ dispatcher = get_dispatcher(__name__)
 
 @dataclass
 class AttemptResult:
+    """One attempt's trace, its ranked nodes and the evidence blocks built from them."""
+
     trace: RetrievalAttempt
     nodes: list[NodeWithScore] = field(default_factory=list)
     blocks: list[EvidenceBlock] = field(default_factory=list)
@@ -45,6 +47,8 @@ class AttemptResult:
 
 @dataclass
 class L1Outcome:
+    """Every attempt of a lookup's L1 search, why it fell back, and its calibration."""
+
     attempts: list[AttemptResult] = field(default_factory=list)
     fallback_reason: FallbackReason | None = None
     calibration: Calibration | None = None

@@ -96,6 +96,7 @@ class _Entry:
 
 
 def block_header(index: int, block: EvidenceBlock | PackedBlock) -> str:
+    """The header lines of block ``index`` in the pack: its source, title, breadcrumb and hit reasons."""
     lines = [f"[{index}] source: {block.source}"]
     if block.title:
         lines.append(f"title: {block.title}")
@@ -113,6 +114,7 @@ dispatcher = get_dispatcher(__name__)
 def pack_context(
     blocks: list[EvidenceBlock], budget_tokens: int, min_content_tokens: int = MIN_CONTENT_TOKENS
 ) -> ContextPack:
+    """The evidence blocks packed into ``budget_tokens``: every block's header and best section first, then more."""
     entries: list[_Entry] = []
     omitted: list[str] = []
     used = 0

@@ -101,6 +101,8 @@ def named_terms(names: Mapping[str, Iterable[str]]) -> dict[str, frozenset[str]]
 
 @dataclass(frozen=True)
 class ExactHit:
+    """A verbatim token of the query found in the knowledge base, with the documents and chunks holding it."""
+
     token: str
     sources: tuple[str, ...]  # the documents holding it verbatim (at most max_df)
     chunk_ids: tuple[str, ...]  # the chunks holding it

@@ -30,6 +30,7 @@ dispatcher = get_dispatcher(__name__)
 def transform_query(
     query: str, l0: L0HintProvider | None, max_query_chars: int, *, read_short_names: bool = True
 ) -> QueryTransform:
+    """The query as the lookup searches it: normalised, short names read, L0 hints and the category filter."""
     normalized, truncated = normalize_query(query, max_query_chars)
     original = query
     notes = [f"query truncated from {len(original)} to {max_query_chars} characters"] if truncated else []

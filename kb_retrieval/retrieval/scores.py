@@ -16,5 +16,6 @@ from kb_retrieval.models import ScoreLabel
 
 
 def normalised_similarity(raw: float, label: ScoreLabel) -> float:
+    """A raw Milvus score as a similarity in [0, 1] (an L2 distance turned around)."""
     value = 1.0 - raw / 2.0 if label is ScoreLabel.L2 else raw
     return min(1.0, max(0.0, float(value)))

@@ -66,6 +66,8 @@ _L0_KINDS = frozenset(
 
 
 class HitReason(BaseModel, frozen=True):
+    """Why a candidate matched: the kind of hit and its detail (``kind:detail`` as text)."""
+
     kind: HitKind
     detail: str
 
@@ -101,6 +103,8 @@ RANKING_ONLY = frozenset({Boost.LEXICAL, Boost.TITLE_TERMS, Boost.DOC_FOCUS})
 
 
 class RerankRecord(BaseModel):
+    """What the rerank gave one node: its base and evidence scores, boosts, hit reasons and ranking signals."""
+
     base_score: float
     evidence_score: float
     boosts: dict[str, float] = Field(default_factory=dict)

@@ -38,6 +38,7 @@ class RunningServer:
 
 
 def serve_file(settings: KBSettings) -> Path:
+    """The file a running ``serve`` keeps in the state dir (:data:`SERVE_FILE`), saying where it listens."""
     return Path(settings.storage.state_dir) / SERVE_FILE
 
 

@@ -194,6 +194,8 @@ class AlertResult(BaseModel):
 
 
 class AlertmanagerResponse(BaseModel):
+    """The answer to an Alertmanager webhook: the alerts received, looked up, skipped or failed, and each result."""
+
     receiver: str
     alerts: int
     looked_up: int
@@ -203,6 +205,8 @@ class AlertmanagerResponse(BaseModel):
 
 
 class Health(BaseModel):
+    """The health answer: whether the knowledge base can be searched, and what it is."""
+
     status: Literal["ok", "unavailable"]
     collection: str
     milvus: Literal["lite", "server"]
@@ -213,8 +217,12 @@ class Health(BaseModel):
 
 
 class TraceRows(BaseModel):
+    """The latest trace rows, newest first."""
+
     rows: list[dict[str, Any]] = Field(description="The latest tool_invocation rows, newest first.")
 
 
 class ErrorBody(BaseModel):
+    """The body of an error answer: the error in one line."""
+
     error: str

@@ -58,21 +58,25 @@ def _file(name: str) -> Response:
 
 @router.get("/")
 def page() -> Response:
+    """The retrieval test page."""
     return _file("index.html")
 
 
 @router.get("/page/app.js")
 def page_script() -> Response:
+    """The retrieval test page's script."""
     return _file("app.js")
 
 
 @router.get("/docs")
 def docs() -> Response:
+    """The API reference page."""
     return _file("docs.html")
 
 
 @router.get("/page/docs.js")
 def docs_script() -> Response:
+    """The API reference page's script (it draws the page from /openapi.json)."""
     return _file("docs.js")
 
 

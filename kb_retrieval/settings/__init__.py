@@ -12,7 +12,16 @@ Example:
 
 from __future__ import annotations
 
-from kb_retrieval.settings.flat import FLAT, FLAT_PREFIX, GROUPS, FlatNamesSource, flattened, grouped, short_name
+from kb_retrieval.settings.flat import (
+    FLAT,
+    FLAT_PREFIX,
+    GROUPS,
+    FlatNamesSource,
+    RefusingSource,
+    flattened,
+    grouped,
+    short_name,
+)
 from kb_retrieval.settings.index import (
     ChunkingSettings,
     ConsistencyLevel,
@@ -43,6 +52,7 @@ __all__ = [
     "IndexType",
     "LookupPlan",
     "Metric",
+    "RefusingSource",
     "RetrievalSettings",
     "SchemaFieldsSettings",
     "SidecarSettings",

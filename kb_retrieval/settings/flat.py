@@ -16,16 +16,27 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import BaseModel
+from pydantic_core import InitErrorDetails, ValidationError
 from pydantic_settings import PydanticBaseSettingsSource, SettingsError
 
 from kb_retrieval.settings.index import ChunkingSettings, EmbeddingSettings, SchemaFieldsSettings, StorageSettings
 from kb_retrieval.settings.lookup import EvidenceSettings, RetrievalSettings, SidecarSettings, TraceSettings
 
-__all__ = ["FLAT", "FLAT_PREFIX", "GROUPS", "FlatNamesSource", "flattened", "grouped", "short_name"]
+__all__ = [
+    "FLAT",
+    "FLAT_PREFIX",
+    "GROUPS",
+    "FlatNamesSource",
+    "RefusingSource",
+    "WrappedSource",
+    "flattened",
+    "grouped",
+    "short_name",
+]
 
 #: The groups by their attribute on ``KBSettings``, in the order the reference tables list them.
 GROUPS: dict[str, type[BaseModel]] = {
@@ -104,12 +115,8 @@ def flattened(values: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-class FlatNamesSource(PydanticBaseSettingsSource):
-    """A settings source (the keywords, the environment, a dotenv file) with its flat names moved into their groups.
-
-    In the environment ``KB_TOP_K`` and ``KB_RETRIEVAL__TOP_K`` may both be set to the same value; to two different
-    values they are refused (``SettingsError`` naming both).
-    """
+class WrappedSource(PydanticBaseSettingsSource):
+    """A settings source that hands its work to another one (``inner``), for a wrapper to add a step."""
 
     def __init__(self, inner: PydanticBaseSettingsSource) -> None:
         super().__init__(inner.settings_cls, inner._init_state)
@@ -126,9 +133,25 @@ class FlatNamesSource(PydanticBaseSettingsSource):
     def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
         return self.inner.get_field_value(field, field_name)
 
+    @property
+    def env_vars(self) -> Mapping[str, str | None] | None:
+        """The variables the inner source reads (the environment, a dotenv file); None for the keywords."""
+        return getattr(self.inner, "env_vars", None)
+
+    def __call__(self) -> dict[str, Any]:
+        return self.inner()
+
+
+class FlatNamesSource(WrappedSource):
+    """A settings source (the keywords, the environment, a dotenv file) with its flat names moved into their groups.
+
+    In the environment ``KB_TOP_K`` and ``KB_RETRIEVAL__TOP_K`` may both be set to the same value; to two different
+    values they are refused (``SettingsError`` naming both).
+    """
+
     def __call__(self) -> dict[str, Any]:
         data = self.inner()
-        env_vars: Mapping[str, str | None] | None = getattr(self.inner, "env_vars", None)
+        env_vars = self.env_vars
         if env_vars is None:  # keywords: KBSettings(top_k=50)
             return grouped(data)
         prefix = str(self.config.get("env_prefix", ""))
@@ -158,3 +181,25 @@ class FlatNamesSource(PydanticBaseSettingsSource):
             raise SettingsError(
                 f'error parsing value for field "{flat}" from source "{type(self.inner).__name__}"'
             ) from error
+
+
+class RefusingSource(WrappedSource):
+    """The environment source, refusing variables that are no longer read (``refusal`` says why, or None).
+
+    The refusal is where the environment is read, when settings are made from it: a copy of settings
+    (``KBSettings.updated``) is validated without reading the environment again. It is a ``ValidationError`` of the
+    settings as a whole, the one a model validator raising ``ValueError`` gives.
+    """
+
+    def __init__(
+        self, inner: PydanticBaseSettingsSource, refusal: Callable[[Mapping[str, str | None]], str | None]
+    ) -> None:
+        super().__init__(inner)
+        self.refusal = refusal
+
+    def __call__(self) -> dict[str, Any]:
+        data = self.inner()
+        if why := self.refusal(self.env_vars or {}):
+            error = InitErrorDetails(type="value_error", loc=(), input=data, ctx={"error": ValueError(why)})
+            raise ValidationError.from_exception_data(self.settings_cls.__name__, [error], hide_input=True)
+        return data

@@ -1,7 +1,7 @@
 """The L0 index stored in Milvus beside the collection, and the index version, on Milvus Lite with the real model.
 
 The same behaviour on a Milvus server (two hosts, two ingests at once, a version seen from another process) is in
-``tests/test_server_mode.py``.
+``tests/indexing/test_milvus_server.py``.
 """
 
 from __future__ import annotations

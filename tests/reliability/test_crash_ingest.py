@@ -27,6 +27,7 @@ from kb_retrieval.indexing.ingest import ingest
 from kb_retrieval.indexing.milvus import connect, iter_rows
 from tests.conftest import REPO
 from tests.reliability.conftest import release_lite, write_kb
+from tests.support.kb import offline_env
 
 CATEGORIES = ("alpha", "beta", "gamma", "delta", "omega")
 BATCH = 1  # KB_EMBED_BATCH_SIZE: chunks are written WINDOW_BATCHES (16) x 1 at a time, so a run makes several writes
@@ -126,9 +127,7 @@ def crash(tmp_path_factory, embed_model) -> Crash:
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(KB_EMBED_BATCH_SIZE=str(BATCH), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONPATH=str(REPO))
-    return env
+    return offline_env(KB_EMBED_BATCH_SIZE=str(BATCH), PYTHONPATH=str(REPO))
 
 
 def _prepare(crash: Crash, name: str, start: str) -> KBSettings:

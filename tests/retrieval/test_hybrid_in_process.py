@@ -127,7 +127,7 @@ def test_candidates_are_those_of_two_searches_in_a_row(in_process, embed_model, 
         assert [c.chunk_id for c in found.candidates] == [c.chunk_id for c in expected]
         # Milvus Lite scores a restricted search with one matrix product over the chunks it is restricted to, so a
         # chunk's score can differ in the last float32 bit with the set (the server scores each chunk on its own:
-        # there they are equal, tests/test_server_mode.py).
+        # there they are equal, tests/indexing/test_milvus_server.py).
         for got, want in zip(found.candidates, expected, strict=True):
             assert got.score == pytest.approx(want.score, abs=1e-6)
         assert found.lexical_added == added

@@ -14,6 +14,7 @@ from kb_retrieval.indexing.milvus import engine_has_full_text, full_text_off
 from kb_retrieval.retrieval.bm25 import analysed_text
 from kb_retrieval.retrieval.l1.full_text import dense_score
 from tests.conftest import SAMPLE_KB, SHARED
+from tests.support.kb import ingested
 
 QUERY = "MySQL replica is many seconds behind the primary"
 #: Words of Redis runbooks: BM25 finds Redis chunks for it, unless a filter keeps them out.
@@ -161,8 +162,14 @@ def test_hybrid_dense_candidates_are_the_dense_top_k(bm25_lookup, embed_model):
 
 
 def test_l2_collection_similarity_equals_the_dense_search(tmp_path, embed_model):
-    settings = KBSettings(state_dir=tmp_path, metric="L2", collection="kb_l2", vector_store_mode="sdk")
-    ingest([SAMPLE_KB / "mysql", SAMPLE_KB / "redis"], settings, embed_model=embed_model)
+    settings = ingested(
+        [SAMPLE_KB / "mysql", SAMPLE_KB / "redis"],
+        tmp_path,
+        embed_model,
+        metric="L2",
+        collection="kb_l2",
+        vector_store_mode="sdk",
+    )
     lookup = KnowledgeLookup(settings, embed_model=embed_model)
     assert lookup.lexical_mode == "milvus_bm25"
     embedding = embed_query(embed_model, QUERY)
@@ -178,8 +185,7 @@ def test_l2_collection_similarity_equals_the_dense_search(tmp_path, embed_model)
 
 def test_collection_without_full_text_falls_back_and_says_so(tmp_path, embed_model):
     # A collection made before full-text search (no analysed text field, no BM25 function).
-    old = KBSettings(state_dir=tmp_path, vector_store_mode="sdk", lexical_text_field="")
-    ingest([SAMPLE_KB / "mysql"], old, embed_model=embed_model)
+    ingested([SAMPLE_KB / "mysql"], tmp_path, embed_model, vector_store_mode="sdk", lexical_text_field="")
     lookup = KnowledgeLookup(KBSettings(state_dir=tmp_path, vector_store_mode="sdk"), embed_model=embed_model)
     assert lookup.lexical_mode == "in_process_bm25" and lookup.lexical is not None
     assert "has no BM25 function" in lookup.features_off["milvus_bm25"]
@@ -196,8 +202,7 @@ def test_collection_without_full_text_falls_back_and_says_so(tmp_path, embed_mod
 
 def test_a_row_without_analysed_text_is_written_on_lite(tmp_path, embed_model):
     """Another writer's row (no analysed text) goes in on Lite, found by the dense request, never by BM25."""
-    settings = KBSettings(state_dir=tmp_path, vector_store_mode="sdk")
-    ingest([SAMPLE_KB / "mysql"], settings, embed_model=embed_model)
+    settings = ingested([SAMPLE_KB / "mysql"], tmp_path, embed_model, vector_store_mode="sdk")
     lookup = KnowledgeLookup(settings, embed_model=embed_model)
     embedding = embed_query(embed_model, QUERY)
     row = {

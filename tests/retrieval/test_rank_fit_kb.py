@@ -27,11 +27,9 @@ def test_the_hit_reason_names_the_mixture(runbooks_lookup) -> None:
 def test_a_fitted_lexical_weight_reaches_the_ranker_and_its_hit_reason(tmp_path, embed_model) -> None:
     """A small written KB (too small to teach: the configured weights are stored on its first open); a fit that chose
     the best section's BM25 at 16, stored for its index version, is what the next lookup ranks with and names."""
-    from kb_retrieval.config import KBSettings
     from kb_retrieval.engine import KnowledgeLookup
-    from kb_retrieval.indexing.ingest import ingest
     from kb_retrieval.retrieval.rank_fit import RankFit, mixture, store_fit
-    from tests.support.kb import write_kb
+    from tests.support.kb import ingested, write_kb
 
     kb = write_kb(
         tmp_path / "kb",
@@ -42,8 +40,7 @@ def test_a_fitted_lexical_weight_reaches_the_ranker_and_its_hit_reason(tmp_path,
             "background.\n",
         },
     )
-    settings = KBSettings(state_dir=tmp_path / "state", vector_store_mode="sdk")
-    ingest([kb], settings, embed_model=embed_model)
+    settings = ingested([kb], tmp_path / "state", embed_model, vector_store_mode="sdk")
     first = KnowledgeLookup(settings)
     version, kept = first.state.index_version, first.state.rank_fit
     first.close()

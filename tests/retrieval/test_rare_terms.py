@@ -12,7 +12,7 @@ from kb_retrieval.retrieval.exact import ExactIdentifierIndex, named_terms, quer
 from kb_retrieval.retrieval.rerank import RuleReranker
 from kb_retrieval.retrieval.stage import candidate_node
 from tests.support.candidates import cand
-from tests.support.kb import write_kb
+from tests.support.kb import ingested, write_kb
 
 
 def _index() -> ExactIdentifierIndex:
@@ -106,15 +106,11 @@ DOCS = {
 
 @pytest.fixture(scope="module")
 def small_lookup(tmp_path_factory: pytest.TempPathFactory, embed_model):
-    from kb_retrieval.config import KBSettings
     from kb_retrieval.engine import KnowledgeLookup
-    from kb_retrieval.indexing.ingest import ingest
 
     kb = tmp_path_factory.mktemp("rare-kb")
     write_kb(kb, DOCS)
-    settings = KBSettings(state_dir=tmp_path_factory.mktemp("rare-state"))
-    ingest([kb], settings, embed_model=embed_model)
-    lookup = KnowledgeLookup(settings)
+    lookup = KnowledgeLookup(ingested([kb], tmp_path_factory.mktemp("rare-state"), embed_model))
     yield lookup
     lookup.close()
 

@@ -1,5 +1,5 @@
 """MetadataFilters -> one escaped Milvus expression (kb_retrieval.retrieval.scope); the expressions run on Milvus in
-tests/test_llamaindex_scope.py."""
+tests/test_retriever.py."""
 
 from __future__ import annotations
 

@@ -12,8 +12,7 @@ from llama_index.core.llms.mock import MockLLM
 from llama_index.core.schema import MetadataMode
 
 from kb_retrieval.engine import KnowledgeLookup
-
-ALERT = "RedisMemoryHigh: Redis memory usage above 90% of maxmemory on redis-cache-01:6379"
+from tests.support.kb import ALERT
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -8,8 +8,7 @@ from sidecar_fakes import stable
 from kb_retrieval.engine import KnowledgeLookup
 from sidecar.comparison import lookup_with_sidecar, sidecar_run
 from sidecar.runner import SidecarRunner
-
-ALERT = "RedisMemoryHigh: Redis memory usage above 90% of maxmemory on redis-cache-01:6379"
+from tests.support.kb import ALERT
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -28,7 +28,7 @@ from kb_retrieval.sidecar_protocol import DISABLED_REASON, load_runner
 from sidecar.comparison import lookup_with_sidecar, sidecar_run
 from sidecar.models import SidecarRun, disabled_run
 from sidecar.runner import SidecarJob, SidecarRunner
-from tests.support.kb import offline_env
+from tests.support.kb import offline_env, write_kb
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -80,12 +80,12 @@ def test_the_sidecar_implements_the_cores_sidecar_protocol(sample_settings, embe
 
 def test_disabled_sidecar_is_never_imported(tmp_path):
     """In a fresh interpreter: a lookup with the sidecar off imports nothing of it; switching it on does."""
-    kb = tmp_path / "kb" / "jvm"
-    kb.mkdir(parents=True)
-    (kb / "gc.md").write_text(
-        "# Choosing a JVM garbage collector\n\nFor latency-sensitive services use G1 or ZGC; "
-        "pause times stay low when the heap is sized with headroom.\n",
-        encoding="utf-8",
+    write_kb(
+        tmp_path / "kb",
+        {
+            "jvm/gc.md": "# Choosing a JVM garbage collector\n\nFor latency-sensitive services use G1 or ZGC; "
+            "pause times stay low when the heap is sized with headroom.\n"
+        },
     )
     script = textwrap.dedent(
         f"""

@@ -7,21 +7,20 @@ import pytest
 from kb_retrieval.config import KBSettings
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing.embeddings import embed_query
-from kb_retrieval.indexing.ingest import ingest
 from kb_retrieval.models import ScoreLabel
 from kb_retrieval.retrieval.l1 import AutoPath, L1Retriever, SdkPath, VectorStorePath
 from kb_retrieval.retrieval.l1.base import L1Search
 from kb_retrieval.retrieval.stage import stage_of
 from tests.conftest import SAMPLE_KB
+from tests.support.kb import ingested
 
 QUERY = "MySQL replica is many seconds behind the primary"
 
 
 @pytest.fixture(scope="module")
 def l2_settings(tmp_path_factory, embed_model) -> KBSettings:
-    settings = KBSettings(state_dir=tmp_path_factory.mktemp("l2"), metric="L2", collection="kb_l2")
-    ingest([SAMPLE_KB / "mysql", SAMPLE_KB / "redis"], settings, embed_model=embed_model)
-    return settings
+    l2 = tmp_path_factory.mktemp("l2")
+    return ingested([SAMPLE_KB / "mysql", SAMPLE_KB / "redis"], l2, embed_model, metric="L2", collection="kb_l2")
 
 
 @pytest.mark.parametrize("mode", ["sdk", "vectorstore", "auto", "spring-ai"])

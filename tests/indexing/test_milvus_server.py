@@ -18,7 +18,7 @@ from kb_retrieval.indexing.ingest import ingest
 from kb_retrieval.indexing.l0_index import L0Index
 from kb_retrieval.indexing.milvus import QUERY_WINDOW, connect, ensure_side_collection, is_lite_engine, iter_rows
 from tests.conftest import REPO, SAMPLE_KB
-from tests.support.kb import offline_env
+from tests.support.kb import LATER_DOC, offline_env, write_kb
 
 pytestmark = pytest.mark.server
 
@@ -245,13 +245,7 @@ def test_a_long_lived_lookup_sees_another_process_ingest_on_the_server(milvus_se
     lookup = KnowledgeLookup(settings, embed_model=embed_model)
     query = "ZorkQuuxSpindleJammed on frobnicator-7"
     assert "ZorkQuuxSpindleJammed" not in lookup.lookup(query).query_transform.hints.matched_keywords
-    kb = tmp_path / "kb"
-    (kb / "frobnicator").mkdir(parents=True)
-    (kb / "frobnicator" / "spindle-jammed.md").write_text(
-        "---\ntitle: Frobnicator spindle jammed\nkeywords: [ZorkQuuxSpindleJammed]\n---\n"
-        "# Frobnicator spindle jammed\n\n## Mitigation\n\nUnjam the spindle of the frobnicator with the quux lever.\n",
-        encoding="utf-8",
-    )
+    kb = write_kb(tmp_path / "kb", LATER_DOC)
     writer = subprocess.run(  # another process, its own state dir
         [sys.executable, "-m", "kb_retrieval.cli", "ingest", str(kb), "--uri", milvus_server.uri,
          "--collection", "kb_server_fresh", "--state-dir", str(tmp_path / "writer")],

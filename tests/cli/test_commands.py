@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import logging
 import shutil
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from pydantic import ValidationError
 from kb_retrieval.cli import build_parser, main
 from kb_retrieval.config import KBSettings
 from tests.conftest import REPO, SAMPLE_KB
-from tests.support.kb import offline_env
+from tests.support.kb import offline_env, write_kb
 
 DOC = (
     "---\ntitle: Disk full\nkeywords: [NodeDiskFull]\ncategory: linux\n---\n"
@@ -27,9 +26,7 @@ DOC = (
 
 @pytest.fixture
 def kb(tmp_path: Path) -> Path:
-    (tmp_path / "kb" / "linux").mkdir(parents=True)
-    (tmp_path / "kb" / "linux" / "disk.md").write_text(DOC)
-    return tmp_path / "kb"
+    return write_kb(tmp_path / "kb", {"linux/disk.md": DOC})
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -211,9 +208,7 @@ def test_symlinked_folder_and_empty_ingest_are_reported(tmp_path, capsys, caplog
     code, out, err = run(capsys, "ingest", str(empty), "--state-dir", state, "--json")
     assert code == 1 and json.loads(out)["empty_kb_dirs"] == [str(empty)]
 
-    kb = tmp_path / "kb"
-    (kb / "linux").mkdir(parents=True)
-    (kb / "linux" / "disk.md").write_text(DOC)
+    kb = write_kb(tmp_path / "kb", {"linux/disk.md": DOC})
     (kb / "alias").symlink_to(kb / "linux", target_is_directory=True)
     code, out, err = run(capsys, "ingest", str(kb), "--state-dir", state)
     skipped = "skipped alias/: refused: a symlinked folder is not followed"
@@ -337,34 +332,6 @@ def test_console_script_first_ingest_is_quiet_and_head_ends_it_cleanly(kb, tmp_p
     assert lookup.wait(timeout=240) == 141
     assert json.loads(first)["caseId"] == f"{queries}:1"
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
-
-
-def test_log_lines_are_masked():
-    from kb_retrieval.log_format import _MaskingFormatter
-
-    record = logging.LogRecord(
-        "x", logging.ERROR, __file__, 1, "cannot reach %s", ("http://root:PW-77@db:19530",), None
-    )
-    # One style with the CLI's own messages (issue 41): "error: ..." / "warning: ...".
-    assert _MaskingFormatter().format(record) == "error: cannot reach http://root:***@db:19530"
-
-
-@pytest.mark.unit
-@pytest.mark.parametrize(
-    ("url", "shown"),
-    [
-        ("sqlite:///.kb-state/demo/traces.db", "sqlite:///.kb-state/demo/traces.db"),  # relative: three slashes
-        ("sqlite:////var/lib/kb/traces.db", "sqlite:////var/lib/kb/traces.db"),  # absolute: four
-        ("sqlite:///t.db?password=PW-1", "sqlite:///t.db?password=***"),
-        ("sqlite://", "sqlite://"),
-        ("http://root:PW-2@db:19530", "http://root:***@db:19530"),
-    ],
-)
-def test_masking_keeps_the_url_as_written_but_its_secrets(url, shown):
-    from kb_retrieval.config import mask_secrets, mask_url
-
-    assert mask_url(url) == shown
-    assert mask_secrets(f"rows in {url} (x)") == f"rows in {shown} (x)"
 
 
 # --- issue 14 item 5: the chunk count on a Milvus server --------------------------------------------------------
