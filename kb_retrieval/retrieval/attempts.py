@@ -22,7 +22,7 @@ from kb_retrieval.config import KBSettings
 from kb_retrieval.models import EvidenceBlock, FallbackReason, RetrievalAttempt
 from kb_retrieval.retrieval.calibration import Calibration, calibrate
 from kb_retrieval.retrieval.deadline import SEARCHES, Deadline
-from kb_retrieval.retrieval.events import lookup_retrieval
+from kb_retrieval.retrieval.events import lookup_retrieval, postprocess, span
 from kb_retrieval.retrieval.evidence import build_evidence_blocks
 from kb_retrieval.retrieval.hybrid import HybridRetriever, HybridSearch, LookupQuery
 from kb_retrieval.retrieval.stage import deferred_stage_writes, publish_stage
@@ -145,7 +145,7 @@ class AttemptRunner:
             clock.stage_ms[stage] = round(clock.stage_ms.get(stage, 0.0) + ms, 3)
         return search
 
-    @dispatcher.span
+    @span(dispatcher)
     def attempt(
         self,
         number: int,
@@ -215,7 +215,7 @@ class AttemptRunner:
                 nodes = search.nodes()
             with clock("rerank"):
                 for postprocessor in self.postprocessors:
-                    nodes = postprocessor.postprocess_nodes(nodes, query_bundle=bundle)
+                    nodes = postprocess(postprocessor, nodes, bundle)
                 blocks = build_evidence_blocks(
                     nodes,
                     evidence_threshold=self.calibration.evidence_threshold,

@@ -45,7 +45,7 @@ from pydantic import Field, PrivateAttr
 
 from kb_retrieval.knowledge.text import words
 from kb_retrieval.models import Candidate, L0Hints
-from kb_retrieval.retrieval.events import reranking
+from kb_retrieval.retrieval.events import listening, reranking
 from kb_retrieval.retrieval.exact import is_identifier
 from kb_retrieval.retrieval.hybrid import LookupQuery
 from kb_retrieval.retrieval.l0_hints import L0HintProvider
@@ -127,13 +127,16 @@ class RuleReranker(BaseNodePostprocessor):
     def _postprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
-        dispatcher.event(
-            ReRankStartEvent(query=query_bundle, nodes=nodes, top_n=len(nodes), model_name=self.class_name())
-        )
+        heard = listening(dispatcher)  # else the events are not built (see events.lookup_retrieval)
+        if heard:
+            dispatcher.event(
+                ReRankStartEvent(query=query_bundle, nodes=nodes, top_n=len(nodes), model_name=self.class_name())
+            )
         with reranking(self.callback_manager, self.class_name(), nodes, query_bundle) as event:
             ranked = self._rerank(nodes, query_bundle)
             event.on_end(payload={EventPayload.NODES: ranked})
-        dispatcher.event(ReRankEndEvent(nodes=ranked))
+        if heard:
+            dispatcher.event(ReRankEndEvent(nodes=ranked))
         return ranked
 
     def _rerank(self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None) -> list[NodeWithScore]:
