@@ -9,7 +9,6 @@ Example:
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from typing import Any, Literal
 
@@ -93,26 +92,11 @@ def private_details(details: dict[str, Any], mode: QueryMode) -> dict[str, Any]:
 
 
 def storable(value: Any) -> Any:
-    """``value`` (JSON details) with lone surrogates, which no database stores, replaced by U+FFFD: a copy, as the
-    database gets it (JSON), so a later change to the lookup's result (its ``trace_write`` clock) stays out of it.
-
-    Nearly always there is no surrogate: then the copy is a JSON round trip (C speed; a row's details are a few
-    hundred values, walked in Python they took about a tenth of a warm lookup's time beyond its embedding)."""
-    try:
-        text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):  # not plain JSON: walked as it is
-        return _replaced(value)
-    if text.isascii() or _SURROGATE.search(text) is None:
-        return json.loads(text)
-    return _replaced(value)
-
-
-def _replaced(value: Any) -> Any:
-    """``value`` with lone surrogates in its strings replaced by U+FFFD, walked in Python."""
+    """``value`` (JSON details) with lone surrogates, which no database stores, replaced by U+FFFD."""
     if isinstance(value, str):
         return value if value.isascii() else _SURROGATE.sub("\ufffd", value)  # most are ASCII: no surrogate
     if isinstance(value, dict):
-        return {key: _replaced(item) for key, item in value.items()}
+        return {key: storable(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [_replaced(item) for item in value]
+        return [storable(item) for item in value]
     return value
