@@ -12,7 +12,6 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
@@ -116,13 +115,21 @@ class AttemptRunner:
         return outcome
 
     def _timed_attempt(
-        self, clock: StageClock, number: int, query: LookupQuery, embedding: list[float], *args: Any, **kwargs: Any
+        self,
+        clock: StageClock,
+        number: int,
+        query: LookupQuery,
+        embedding: list[float],
+        category: str | None,
+        deadline: Deadline,
+        *,
+        known_documents: int = 0,
     ) -> AttemptResult:
         """One attempt, its own bookkeeping (trace, events, span) timed as the stage ``attempt``: the time the attempt
         took beyond its stages (search, candidates, rerank)."""
         stages_before = sum(clock.stage_ms.values())
         t0 = time.perf_counter()
-        result = self.attempt(number, query, embedding, *args, clock, **kwargs)
+        result = self.attempt(number, query, embedding, category, deadline, clock, known_documents=known_documents)
         inside = sum(clock.stage_ms.values()) - stages_before
         own = (time.perf_counter() - t0) * 1000 - inside
         clock.stage_ms["attempt"] = round(clock.stage_ms.get("attempt", 0.0) + own, 3)

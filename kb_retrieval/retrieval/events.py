@@ -104,14 +104,14 @@ def postprocess(
     kind = type(postprocessor)
     direct = _DIRECT.get(kind)
     if direct is None:
-        method = kind._postprocess_nodes
-        if kind.postprocess_nodes is not BaseNodePostprocessor.postprocess_nodes:
-            method = None
-        _DIRECT[kind] = direct = (get_dispatcher(kind.__module__), getattr(method, "__wrapped__", None))
-    span_dispatcher, unwrapped = direct
-    if unwrapped is None or listening(span_dispatcher):
+        own_entry = kind.postprocess_nodes is not BaseNodePostprocessor.postprocess_nodes
+        unwrapped = None if own_entry else getattr(kind._postprocess_nodes, "__wrapped__", None)
+        _DIRECT[kind] = direct = (get_dispatcher(kind.__module__), unwrapped)
+    span_dispatcher, method = direct
+    if method is None or listening(span_dispatcher):
         return postprocessor.postprocess_nodes(nodes, query_bundle=query_bundle)
-    return unwrapped(postprocessor, nodes, query_bundle)  # type: ignore[no-any-return]
+    ranked: list[NodeWithScore] = method(postprocessor, nodes, query_bundle)
+    return ranked
 
 
 #: Per postprocessor class: the dispatcher its ``_postprocess_nodes`` span goes to, and that method unwrapped (None
