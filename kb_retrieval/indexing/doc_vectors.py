@@ -392,9 +392,10 @@ class DocumentVectors:
                 if self.static_title_common is not None:
                     weighted = without_direction(weighted, self.static_title_common)
                 static_title = self.static_titles[rows] @ weighted[0]
+        # As Python floats in one go (``tolist``: the same values as ``float()`` of each element, a tenth the time).
         return {
-            s: (float(row[0]), float(row[1]), float(row[2]), float(st), float(tt))
-            for s, row, st, tt in zip(known, sims, static, static_title, strict=True)
+            s: (row[0], row[1], row[2], st, tt)
+            for s, row, st, tt in zip(known, sims.tolist(), static.tolist(), static_title.tolist(), strict=True)
         }
 
 

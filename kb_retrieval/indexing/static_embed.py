@@ -68,7 +68,12 @@ class StaticEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """An (n, dim) float32 array of unit rows."""
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for row, encoding in enumerate(self.tokenizer.encode_batch(list(texts), add_special_tokens=False)):
+        # One text (a lookup's query): ``encode``, the same ids without the batch's thread-pool round trip.
+        if len(texts) == 1:
+            encodings = [self.tokenizer.encode(texts[0], add_special_tokens=False)]
+        else:
+            encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        for row, encoding in enumerate(encodings):
             if encoding.ids:  # an id past the table takes its last row ("clip")
                 out[row] = np.take(self.table, encoding.ids, axis=0, mode="clip").mean(axis=0)
         norms = np.linalg.norm(out, axis=1, keepdims=True)

@@ -12,7 +12,6 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
@@ -22,7 +21,7 @@ from kb_retrieval.config import KBSettings
 from kb_retrieval.models import EvidenceBlock, FallbackReason, RetrievalAttempt
 from kb_retrieval.retrieval.calibration import Calibration, calibrate
 from kb_retrieval.retrieval.deadline import SEARCHES, Deadline
-from kb_retrieval.retrieval.events import lookup_retrieval
+from kb_retrieval.retrieval.events import lookup_retrieval, postprocess, span
 from kb_retrieval.retrieval.evidence import build_evidence_blocks
 from kb_retrieval.retrieval.hybrid import HybridRetriever, HybridSearch, LookupQuery
 from kb_retrieval.retrieval.stage import deferred_stage_writes, publish_stage
@@ -120,13 +119,21 @@ class AttemptRunner:
         return outcome
 
     def _timed_attempt(
-        self, clock: StageClock, number: int, query: LookupQuery, embedding: list[float], *args: Any, **kwargs: Any
+        self,
+        clock: StageClock,
+        number: int,
+        query: LookupQuery,
+        embedding: list[float],
+        category: str | None,
+        deadline: Deadline,
+        *,
+        known_documents: int = 0,
     ) -> AttemptResult:
         """One attempt, its own bookkeeping (trace, events, span) timed as the stage ``attempt``: the time the attempt
         took beyond its stages (search, candidates, rerank)."""
         stages_before = sum(clock.stage_ms.values())
         t0 = time.perf_counter()
-        result = self.attempt(number, query, embedding, *args, clock, **kwargs)
+        result = self.attempt(number, query, embedding, category, deadline, clock, known_documents=known_documents)
         inside = sum(clock.stage_ms.values()) - stages_before
         own = (time.perf_counter() - t0) * 1000 - inside
         clock.stage_ms["attempt"] = round(clock.stage_ms.get("attempt", 0.0) + own, 3)
@@ -149,7 +156,7 @@ class AttemptRunner:
             clock.stage_ms[stage] = round(clock.stage_ms.get(stage, 0.0) + ms, 3)
         return search
 
-    @dispatcher.span
+    @span(dispatcher)
     def attempt(
         self,
         number: int,
@@ -219,7 +226,7 @@ class AttemptRunner:
                 nodes = search.nodes()
             with clock("rerank"):
                 for postprocessor in self.postprocessors:
-                    nodes = postprocessor.postprocess_nodes(nodes, query_bundle=bundle)
+                    nodes = postprocess(postprocessor, nodes, bundle)
                 blocks = build_evidence_blocks(
                     nodes,
                     evidence_threshold=self.calibration.evidence_threshold,

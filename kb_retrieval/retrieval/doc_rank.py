@@ -187,6 +187,8 @@ class DocumentRanker(BaseNodePostprocessor):
             )
             return nodes
         w = self.weights
+        with_static, with_static_title = vectors.static_model is not None, vectors.static_titles is not None
+        weights_note = f"; weights: {self.mixture}" if self.mixture else ""
         for node, stage in staged:
             title, summary, text, static, static_title = sims[stage.candidate.source]
             record = stage.rerank
@@ -209,12 +211,11 @@ class DocumentRanker(BaseNodePostprocessor):
             }
             record.ranking = {k: round(wk * v, 6) for k, v in signals.items() if v and (wk := w.get(k, 0.0))}
             detail = f"title {title:.3f} summary {summary:.3f} text {text:.3f}"
-            if vectors.static_model is not None:
+            if with_static:
                 detail += f" static {static:.3f}"
-            if vectors.static_titles is not None:
+            if with_static_title:
                 detail += f" weighted title {static_title:.3f}"
-            if self.mixture:
-                detail += f"; weights: {self.mixture}"
+            detail += weights_note
             record.hit_reasons.append(HitReason(kind=HitKind.L1_DOCUMENT, detail=detail))
             node.score = round(sum(record.ranking.values()), 6)
             write_stage(node, stage)

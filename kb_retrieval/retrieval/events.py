@@ -8,7 +8,9 @@
   payload core's rerankers send (nodes, model name, query, top k), beside the ``ReRankStart/End`` events.
 - Spans: the pipeline's own stages are spans (:func:`span`) exactly when a handler other than core's null ones
   listens where they go; with none, the stage is called directly. A core span costs ~77 us on this machine (it
-  binds ``inspect.signature`` and walks the handlers on every call), twelve per lookup.
+  binds ``inspect.signature``, draws a ``uuid4`` and walks the handlers on every call). The postprocessors' spans
+  (core's ``DispatcherSpanMixin`` puts one on every ``_postprocess_nodes``) are skipped the same way by
+  :func:`postprocess`.
 
 Example:
     >>> with lookup_retrieval("redis memory high") as done:  # doctest: +SKIP
@@ -28,6 +30,7 @@ from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.event_handlers.null import NullEventHandler
 from llama_index.core.instrumentation.events.retrieval import RetrievalEndEvent, RetrievalStartEvent
 from llama_index.core.instrumentation.span_handlers.null import NullSpanHandler
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 dispatcher = get_dispatcher(__name__)
@@ -56,7 +59,8 @@ def lookup_retrieval(
 
     ``before_end`` is called with those nodes just before the end event, and only when some handler listens
     (:func:`listening`): what the nodes need only if a handler reads them (their stage data as JSON)."""
-    quiet = _IN_RETRIEVER.get()
+    # Nobody to hear them: the events are not built (each draws a uuid4, whose os.urandom lets other threads in).
+    quiet = _IN_RETRIEVER.get() or not listening()
     found: list[NodeWithScore] = []
     if not quiet:
         dispatcher.event(RetrievalStartEvent(str_or_query_bundle=query))
@@ -64,7 +68,7 @@ def lookup_retrieval(
         yield found.extend
     finally:
         if not quiet:
-            if before_end is not None and listening():
+            if before_end is not None:
                 before_end(found)
             dispatcher.event(RetrievalEndEvent(str_or_query_bundle=query, nodes=found))
 
@@ -91,6 +95,30 @@ def span(stage_dispatcher: Any) -> Callable[[_F], _F]:
     return decorate
 
 
+def postprocess(
+    postprocessor: BaseNodePostprocessor, nodes: list[NodeWithScore], query_bundle: QueryBundle | None
+) -> list[NodeWithScore]:
+    """``postprocessor.postprocess_nodes(nodes, query_bundle=query_bundle)``, without core's span around its
+    ``_postprocess_nodes`` when no handler listens where that span goes (the events it sends itself are sent
+    either way). A postprocessor with its own ``postprocess_nodes`` is always called through it."""
+    kind = type(postprocessor)
+    direct = _DIRECT.get(kind)
+    if direct is None:
+        own_entry = kind.postprocess_nodes is not BaseNodePostprocessor.postprocess_nodes
+        unwrapped = None if own_entry else getattr(kind._postprocess_nodes, "__wrapped__", None)
+        _DIRECT[kind] = direct = (get_dispatcher(kind.__module__), unwrapped)
+    span_dispatcher, method = direct
+    if method is None or listening(span_dispatcher):
+        return postprocessor.postprocess_nodes(nodes, query_bundle=query_bundle)
+    ranked: list[NodeWithScore] = method(postprocessor, nodes, query_bundle)
+    return ranked
+
+
+#: Per postprocessor class: the dispatcher its ``_postprocess_nodes`` span goes to, and that method unwrapped (None
+#: when it has no span to skip, or the class has its own ``postprocess_nodes``).
+_DIRECT: dict[type, tuple[Any, Callable[..., Any] | None]] = {}
+
+
 def listening(start: Any = None) -> bool:
     """Whether an instrumentation event or span handler other than core's null ones is attached where this
     module's (or ``start``'s) events and spans go (the dispatcher and the ones they propagate to)."""
@@ -107,8 +135,12 @@ def listening(start: Any = None) -> bool:
 def reranking(
     callback_manager: CallbackManager | None, model_name: str, nodes: list[NodeWithScore], query: QueryBundle | None
 ) -> Iterator[Any]:
-    """A ``CBEventType.RERANKING`` event for callback-manager users; ``on_end`` it with the reranked nodes."""
+    """A ``CBEventType.RERANKING`` event for callback-manager users; ``on_end`` it with the reranked nodes. None
+    when the manager has no handler (the event would reach nobody): ``on_end`` is then a no-op."""
     manager = callback_manager or CallbackManager([])
+    if not manager.handlers:
+        yield _NO_EVENT
+        return
     payload: dict[str, Any] = {
         EventPayload.NODES: nodes,
         EventPayload.MODEL_NAME: model_name,
@@ -117,3 +149,13 @@ def reranking(
     }
     with manager.event(CBEventType.RERANKING, payload=payload) as event:
         yield event
+
+
+class _NoEvent:
+    """What :func:`reranking` yields when no callback handler would receive the event."""
+
+    def on_end(self, payload: dict[str, Any] | None = None) -> None:
+        """Nothing to end."""
+
+
+_NO_EVENT = _NoEvent()

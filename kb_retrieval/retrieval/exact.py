@@ -29,7 +29,7 @@ from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -50,6 +50,7 @@ def tokens(text: str) -> list[str]:
     return [t.rstrip(".:") for t in _TOKEN.findall(text)]
 
 
+@lru_cache(maxsize=16384)  # asked of every query token and every exact term of every candidate
 def is_identifier(token: str) -> bool:
     """Whether a query token names something exactly (metric, field, flag, path, error code) rather than a word.
 

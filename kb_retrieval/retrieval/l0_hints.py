@@ -329,7 +329,8 @@ class L0HintProvider:
         matched = []
         for i, count in sorted(hits.items()):
             source, title, content = self._titles[i]
-            if (len(set(content)) >= 2 and count == len(set(content))) or _contains(tokens, title):
+            distinct = len(set(content))
+            if (distinct >= 2 and count == distinct) or _contains(tokens, title):
                 matched.append(source)
         return matched
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from functools import lru_cache
 from typing import Any
 
 from llama_index.core.callbacks import EventPayload
@@ -45,7 +46,7 @@ from pydantic import Field, PrivateAttr
 
 from kb_retrieval.knowledge.text import words
 from kb_retrieval.models import Candidate, L0Hints
-from kb_retrieval.retrieval.events import reranking
+from kb_retrieval.retrieval.events import listening, reranking
 from kb_retrieval.retrieval.exact import is_identifier
 from kb_retrieval.retrieval.hybrid import LookupQuery
 from kb_retrieval.retrieval.l0_hints import L0HintProvider
@@ -71,8 +72,14 @@ log = logging.getLogger(__name__)
 _EXACT_MATCH, _LEXICAL, _TITLE_TERMS = Boost.EXACT_MATCH.value, Boost.LEXICAL.value, Boost.TITLE_TERMS.value
 
 
+@lru_cache(maxsize=16384)
+def _phrase(text: str) -> tuple[str, ...]:
+    """``text``'s words as a tuple; a candidate's keywords and entities recur on every lookup (split once each)."""
+    return tuple(words(text))
+
+
 def _phrases(items: list[str]) -> list[tuple[str, ...]]:
-    return [p for p in (tuple(words(i)) for i in items) if p]
+    return [p for p in (_phrase(i) for i in items) if p]
 
 
 def _has_phrase(text_words: list[str], phrase: tuple[str, ...]) -> bool:
@@ -127,13 +134,16 @@ class RuleReranker(BaseNodePostprocessor):
     def _postprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
-        dispatcher.event(
-            ReRankStartEvent(query=query_bundle, nodes=nodes, top_n=len(nodes), model_name=self.class_name())
-        )
+        heard = listening(dispatcher)  # else the events are not built (see events.lookup_retrieval)
+        if heard:
+            dispatcher.event(
+                ReRankStartEvent(query=query_bundle, nodes=nodes, top_n=len(nodes), model_name=self.class_name())
+            )
         with reranking(self.callback_manager, self.class_name(), nodes, query_bundle) as event:
             ranked = self._rerank(nodes, query_bundle)
             event.on_end(payload={EventPayload.NODES: ranked})
-        dispatcher.event(ReRankEndEvent(nodes=ranked))
+        if heard:
+            dispatcher.event(ReRankEndEvent(nodes=ranked))
         return ranked
 
     def _rerank(self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None) -> list[NodeWithScore]:
@@ -142,8 +152,8 @@ class RuleReranker(BaseNodePostprocessor):
             note_limitation(log, self.class_name(), "no_l0", message, [(n, stage_of(n)) for n in nodes])
         hints = self.hints_for(query_bundle)
         titles = {t.lower() for t in hints.matched_titles}
-        keywords = {tuple(words(k)) for k in hints.matched_keywords}
-        entities = {tuple(words(e)) for e in hints.entities}
+        keywords = {_phrase(k) for k in hints.matched_keywords}
+        entities = {_phrase(e) for e in hints.entities}
         domains = {d.lower() for d in hints.domains}
         signals = _phrases(hints.matched_keywords + hints.entities)
         exact_weight = self.boosts.get(_EXACT_MATCH, 0.0)
@@ -214,9 +224,9 @@ class RuleReranker(BaseNodePostprocessor):
             reasons.append(hit_reason(HitKind.L0_TITLE_TERMS, f"{coverage:.2f}"))
         if c.title and c.title.lower() in titles:
             add(Boost.L0_TITLE, HitKind.L0_TITLE, c.title)
-        if keywords and (hit := next((k for k in c.keywords if tuple(words(k)) in keywords), None)):
+        if keywords and (hit := next((k for k in c.keywords if _phrase(k) in keywords), None)):
             add(Boost.L0_KEYWORD, HitKind.L0_KEYWORD, hit)
-        if entities and (hit := next((e for e in c.entities if tuple(words(e)) in entities), None)):
+        if entities and (hit := next((e for e in c.entities if _phrase(e) in entities), None)):
             add(Boost.L0_ENTITY, HitKind.L0_ENTITY, hit)
         if c.category and c.category.lower() in domains:
             add(Boost.L0_CATEGORY, HitKind.L0_CATEGORY, c.category)

@@ -1,0 +1,40 @@
+"""The postprocessor call of the pipeline: core's span around ``_postprocess_nodes`` only when a handler listens."""
+
+from __future__ import annotations
+
+from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.span_handlers import SimpleSpanHandler
+from llama_index.core.schema import NodeWithScore, TextNode
+
+from kb_retrieval.retrieval.dedupe import SourceDeduplicator
+from kb_retrieval.retrieval.events import postprocess
+
+
+def _nodes() -> list[NodeWithScore]:
+    return [
+        NodeWithScore(node=TextNode(id_=f"c{i}", text=f"chunk {i}", metadata={"source": source}), score=score)
+        for i, (source, score) in enumerate([("a.md", 0.9), ("b.md", 0.7), ("a.md", 0.8)])
+    ]
+
+
+def _spans(handler: SimpleSpanHandler) -> list[str]:
+    return [span.id_ for span in handler.completed_spans if "SourceDeduplicator._postprocess_nodes" in span.id_]
+
+
+def test_postprocess_answers_what_postprocess_nodes_answers() -> None:
+    dedupe = SourceDeduplicator()
+    direct = postprocess(dedupe, _nodes(), None)
+    stock = dedupe.postprocess_nodes(_nodes())
+    assert [(n.node.node_id, n.score) for n in direct] == [(n.node.node_id, n.score) for n in stock]
+    assert [n.node.node_id for n in direct] == ["c0", "c1"]
+
+
+def test_postprocess_keeps_core_span_when_a_span_handler_listens() -> None:
+    root = get_dispatcher()
+    handler = SimpleSpanHandler()
+    root.add_span_handler(handler)
+    try:
+        postprocess(SourceDeduplicator(), _nodes(), None)
+    finally:
+        root.span_handlers.remove(handler)
+    assert len(_spans(handler)) == 1
