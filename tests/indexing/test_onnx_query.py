@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -301,3 +302,23 @@ def test_an_export_that_fails_falls_back_to_the_model_and_names_the_versions(tmp
     (warning,) = [r.getMessage() for r in caplog.records if "ONNX query encoder unavailable" in r.getMessage()]
     for name in ("torch", "onnx", "onnxruntime"):
         assert f"{name} {metadata.version(name)}" in warning
+
+
+def test_the_weights_digest_is_remembered_by_path_size_and_mtime(tmp_path: Path) -> None:
+    """The export's file name names the weights' hash; a later process reads it from the cache folder instead of
+    hashing 90 MB again, and weights changed in place (another mtime) are hashed anew."""
+    from kb_retrieval.indexing.onnx_query import _file_name
+
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    weights = model_dir / "model.safetensors"
+    weights.write_bytes(b"weights one")
+    cache = tmp_path / "cache"
+    first = _file_name(model_dir, False, cache)
+    assert hashlib.sha256(b"weights one").hexdigest()[:16] in first
+    (note,) = cache.glob("weights-*.sha256")
+    note.write_text("0" * 64)  # what a later process reads: no hashing
+    assert _file_name(model_dir, False, cache) == f"query-encoder-fp32-e{EXPORT_VERSION}-{'0' * 16}.onnx"
+    weights.write_bytes(b"weights two")
+    os.utime(weights, ns=(1, 1))
+    assert hashlib.sha256(b"weights two").hexdigest()[:16] in _file_name(model_dir, False, cache)
