@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import tempfile
+import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
@@ -496,9 +497,18 @@ def _versions() -> str:
     return ", ".join(found)
 
 
-@lru_cache(maxsize=8)
 def _shared_encoder(cache_dir: str, quantized: bool, threads: int) -> OnnxQueryEmbedding:
-    """One encoder per cached file and thread count in the process (the file follows from folder and precision)."""
+    """One encoder per cached file and thread count in the process (the file follows from folder and precision);
+    a caller that asks while another thread loads it waits for that load instead of starting a second one."""
+    with _loading:
+        return _load_shared_encoder(cache_dir, quantized, threads)
+
+
+_loading = threading.Lock()
+
+
+@lru_cache(maxsize=8)
+def _load_shared_encoder(cache_dir: str, quantized: bool, threads: int) -> OnnxQueryEmbedding:
     model_dir = Path(bundled_model_path())
     path, session = _open_model(Path(cache_dir), model_dir, quantized, threads)
     return OnnxQueryEmbedding(path, model_dir=model_dir, threads=threads, session=session)
