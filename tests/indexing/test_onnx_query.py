@@ -7,6 +7,7 @@ import hashlib
 import logging
 import os
 import shutil
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -322,3 +323,24 @@ def test_the_weights_digest_is_remembered_by_path_size_and_mtime(tmp_path: Path)
     weights.write_bytes(b"weights two")
     os.utime(weights, ns=(1, 1))
     assert hashlib.sha256(b"weights two").hexdigest()[:16] in _file_name(model_dir, False, cache)
+
+
+def test_threads_asking_for_the_shared_encoder_at_once_load_it_once(
+    fp32_file: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lookup loads its query encoder on a thread of its own while Milvus opens: a second caller meanwhile waits
+    for that load and gets the same encoder, never a second session."""
+    opened: list[Path] = []
+    real_open = onnx_query._open_model
+
+    def counted(*args: object) -> tuple[Path, object]:
+        opened.append(fp32_file)
+        time.sleep(0.2)  # long enough for every thread to ask while the first one loads
+        return real_open(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(onnx_query, "_open_model", counted)
+    onnx_query._load_shared_encoder.cache_clear()  # an encoder an earlier test loaded would answer without a load
+    settings = KBSettings(query_encoder="onnx", model_cache_dir=cache_dir)
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        encoders = list(pool.map(lambda _: query_encoder(settings), range(3)))
+    assert len(opened) == 1 and encoders[0] is encoders[1] is encoders[2]
