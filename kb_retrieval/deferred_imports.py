@@ -8,8 +8,8 @@ without running its ``__init__``: submodules import as usual (the package's ``__
 attribute asked of the package itself (``from llama_index.core import Settings``) runs the real ``__init__`` into
 the same module object, so code that needs it gets it, only later.
 
-Only the CLI's in-process lookup calls it, before anything imports LlamaIndex: a process of its own, whose imports
-the CLI owns. Library users import LlamaIndex as usual.
+Only the CLI's in-process lookup and its ingest call it, before anything imports LlamaIndex: a process of its own,
+whose imports the CLI owns. Library users import LlamaIndex as usual.
 
 Example:
     >>> import sys
@@ -28,8 +28,9 @@ from collections.abc import Iterable, Mapping
 from importlib.machinery import ModuleSpec
 from typing import Any
 
-#: The packages a lookup through the memory plan imports submodules of but never needs the ``__init__`` of: each
-#: ``__init__`` imports the whole of LlamaIndex (its indices, chat engines, LLM rerankers, the simple vector store).
+#: The packages a lookup through the memory plan, or an ingest, imports submodules of but never needs the
+#: ``__init__`` of: each ``__init__`` imports the whole of LlamaIndex (its indices, chat engines, LLM rerankers, the
+#: simple vector store).
 LOOKUP_DEFERRED = (
     "llama_index.core",
     "llama_index.core.indices",

@@ -26,6 +26,7 @@ import dataclasses
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -132,14 +133,21 @@ class KnowledgeLookup:
         trace_store: TraceStore | None,
         sidecar: SidecarRunnerProtocol | None,
     ) -> None:
-        self.client = client or connect(settings)
-        ensure_collection(self.client, settings, create=False)
-        # Features the collection cannot serve (one written by stock MilvusVectorStore) are off, not errors.
-        self.features_off = features_off(self.client, settings)
-        self.settings = without_missing_fields(self.client, settings)
         # Queries go through the ONNX export of the bundled model when configured (a few ms instead of ~20 ms of
-        # torch); a user's own model is used as it is. Nothing here loads torch unless it is the encoder.
-        self.query_embed_model = query_encoder(self.settings, embed_model)
+        # torch); a user's own model is used as it is. Nothing here loads torch unless it is the encoder. It loads
+        # on a thread of its own while Milvus opens: onnxruntime builds its session mostly without the GIL (a cold
+        # CLI lookup's start, issue 39); it reads only the embedding settings, which the collection never changes.
+        encoder_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kb-query-encoder")
+        try:
+            loading = encoder_pool.submit(query_encoder, settings, embed_model)
+            self.client = client or connect(settings)
+            ensure_collection(self.client, settings, create=False)
+            # Features the collection cannot serve (one written by stock MilvusVectorStore) are off, not errors.
+            self.features_off = features_off(self.client, settings)
+            self.settings = without_missing_fields(self.client, settings)
+            self.query_embed_model = loading.result()
+        finally:
+            encoder_pool.shutdown(wait=False)  # a failure here is told at once, not after the load
         self.embed_model = embed_model or self.query_embed_model
         custom_path = path is not None
         # What ingest recorded (model id, KB roots, metadata keys); a query model that does not fit is refused here.

@@ -179,3 +179,31 @@ def test_the_cli_lookup_defers_llama_index_package_inits(tmp_path) -> None:
     imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
     assert "kb_retrieval.engine" in imported  # the listing is complete enough to tell
     assert not {"llama_index.core.indices.base", "llama_index.core.chat_engine", "torch"} & imported
+
+
+def test_the_cli_ingest_defers_llama_index_package_inits(tmp_path) -> None:
+    """``kb-retrieval ingest`` in a process of its own ingests without running LlamaIndex's package ``__init__``
+    files (no indices, chat engines or torch); the library's ``ingest`` without the deferral does import them (the
+    check can fail)."""
+    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
+    command = [sys.executable, "-X", "importtime", "-m", "kb_retrieval.cli", "ingest", str(SAMPLE_KB), "--json"]
+    proc = subprocess.run(
+        [*command, "--state-dir", str(tmp_path / "cli")], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["chunks_embedded"] > 0
+    heavy = {"llama_index.core.indices.base", "llama_index.core.chat_engine", "torch"}
+    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "kb_retrieval.indexing.ingest" in imported  # the listing is complete enough to tell
+    assert not heavy & imported
+    library = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", INGEST_SCRIPT, str(tmp_path / "library"), str(SAMPLE_KB)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert library.returncode == 0, library.stderr[-2000:]
+    assert "llama_index.core.indices.base" in {
+        line.rsplit("|", 1)[-1].strip() for line in library.stderr.splitlines() if line.startswith("import time:")
+    }

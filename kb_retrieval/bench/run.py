@@ -73,7 +73,7 @@ def run_bench(shared: Path, out_dir: Path, state_root: Path, *, parts: set[str],
         _log(f"[speed] through kb-retrieval serve: {report['speed']['served_latency']}")
         throughput_dir = state_root / "throughput"
         _remove_tree(throughput_dir)
-        report["speed"]["ingest_throughput"] = ingest_throughput(runbooks, throughput_dir)
+        report["speed"]["ingest_throughput"] = ingest_throughput(runbooks, throughput_dir, embed_model)
         _log(f"[speed] ingest throughput: {report['speed']['ingest_throughput']}")
     if "scale" in parts:
         scale_dir = state_root / "scale"

@@ -37,6 +37,9 @@ PARAPHRASE_FOUND, PARAPHRASE_REFUSED = 0.97, 0.875
 #: Issue 39: ``serve`` with one worker per core (2 here) over one worker, in requests/s at this many concurrent
 #: clients, with the most workers' p99 at most this many times their p50, and no request failed.
 SERVE_SCALING, SERVE_SCALING_CLIENTS, SERVE_P99_OVER_P50 = 1.7, 16, 3.0
+#: Issue 39: a whole ``kb-retrieval ingest`` of the runbooks into a fresh state at most this share of the time the stock
+#: LlamaIndex path (``VectorStoreIndex``'s ``HuggingFaceEmbedding``, torch) spends only embedding them.
+INGEST_OVER_STOCK = 0.58
 #: Issue 37: the share of relevance-high lookups that are right, on every set.
 RELEVANCE_HIGH_RIGHT = 0.90
 
@@ -189,10 +192,19 @@ def scale_build(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def ingest_throughput(report: dict[str, Any]) -> dict[str, Any]:
-    """Ingest at least 0.85 of the raw embedding rate."""
+    """Ingest at least 0.85 of the raw embedding rate; a whole ``kb-retrieval ingest`` within
+    :data:`INGEST_OVER_STOCK` of the stock path's torch embedding alone (issue 39), when that was measured."""
     if not (throughput := _speed(report).get("ingest_throughput")):
         return {}
-    return {"ingest/raw_embedding>=0.85": {"ratio": throughput["ratio"], "met": throughput["ratio"] >= 0.85}}
+    out = {"ingest/raw_embedding>=0.85": {"ratio": throughput["ratio"], "met": throughput["ratio"] >= 0.85}}
+    if (ratio := throughput.get("stock_ratio")) is not None:
+        out[f"ingest<={INGEST_OVER_STOCK}x_stock_torch_embedding"] = {
+            "ratio": ratio,
+            "ingest_s": throughput["cli_ingest_wall_s"],
+            "stock_s": throughput["stock_torch_embedding_seconds"],
+            "met": ratio <= INGEST_OVER_STOCK,
+        }
+    return out
 
 
 def lite_largest_p50(report: dict[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,11 @@ from kb_retrieval.knowledge.loader import INGESTED_SUFFIXES
 
 def run(args: argparse.Namespace) -> int:
     """Ingest ``args.kb_dirs`` (after removing ``args.remove_root``); 1 when no document was ingested."""
+    # This process is the CLI's own: LlamaIndex's package __init__ files (its indices, chat engines...; ~1-2 s of
+    # imports) run only if something asks for them, which ingest never does (kb_retrieval.deferred_imports).
+    from kb_retrieval.deferred_imports import defer_package_inits
+
+    defer_package_inits()
     from kb_retrieval.indexing.ingest import ingest, remove_root
 
     settings = settings_from_args(args)

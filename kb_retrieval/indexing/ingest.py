@@ -203,6 +203,22 @@ def _apply(
     started: float,
 ) -> IngestSummary:
     """Write ``kbs`` (each root's documents; a complete root's others removed) and publish the index version."""
+    encoder = _EncoderLoad(settings, embed_model, wanted=any(kb.documents for kb in kbs))
+    try:
+        return _write_all(kbs, settings, encoder, progress=progress, empty=empty, started=started)
+    finally:
+        encoder.close()
+
+
+def _write_all(
+    kbs: list[LoadedKnowledgeBase],
+    settings: KBSettings,
+    encoder: _EncoderLoad,
+    *,
+    progress: bool,
+    empty: list[str],
+    started: float,
+) -> IngestSummary:
     client = connect(settings)
     ensure_collection(client, settings)
     # The companions exist before any chunk is written: a collection with chunks always has its L0 index.
@@ -226,10 +242,8 @@ def _apply(
         skipped=[SkippedEntry(source=s.source_id, reason=s.reason) for s in skipped],
         empty_kb_dirs=empty,
     )
-    model = embed_model
     to_write = [c for plan in plans for c in plan.missing]
-    if to_write and model is None:
-        model = passage_encoder(settings)
+    model = encoder.get() if to_write else encoder.given
     # A collection with full-text search gets each chunk's analysed text (Milvus computes BM25 from it).
     full_text = full_text_off(client, settings) is None
     writer = _Writer(
@@ -262,7 +276,7 @@ def _apply(
         kbs,
         chunk_ids,
         model,
-        lambda: passage_encoder(settings),
+        encoder.get,
         progress=progress,
     )
     wrote = doc_rows > 0 or wrote
@@ -423,6 +437,35 @@ def _plan(
             if kb.complete and entry.kb == kb.kb_id and source not in current:
                 removed[source] = sorted(entry.ids)
     return plans, removed
+
+
+class _EncoderLoad:
+    """The passage encoder (``given``, else :func:`passage_encoder`'s), loading on a thread of its own from the start
+    of a run that may embed: onnxruntime builds its session mostly without the GIL (measured: a Python thread kept
+    ~75% of its pace meanwhile), so the load overlaps opening Milvus, creating the collections and planning instead
+    of following them. A run that then embeds nothing has loaded it for nothing, on the side."""
+
+    def __init__(self, settings: KBSettings, given: BaseEmbedding | None, *, wanted: bool) -> None:
+        self.settings = settings
+        self.given = given
+        self._pool: ThreadPoolExecutor | None = None
+        self._loading: Future[BaseEmbedding] | None = None
+        if given is None and wanted:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kb-ingest-model")
+            self._loading = self._pool.submit(passage_encoder, settings)
+
+    def get(self) -> BaseEmbedding:
+        """The encoder, waiting for its load (an error in it raised here, as a load in this thread would)."""
+        if self.given is not None:
+            return self.given
+        if self._loading is None:
+            self._loading = Future()
+            self._loading.set_result(passage_encoder(self.settings))
+        return self._loading.result()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
 
 
 class _Writer:

@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import tempfile
+import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
@@ -252,7 +253,7 @@ def onnx_model_file(cache_dir: str | Path, *, quantized: bool, model_dir: str | 
 
 def _open_model(cache_dir: Path, model_dir: Path, quantized: bool, threads: int) -> tuple[Path, Any]:
     """The cached file and an onnxruntime session on it (loading the session is the check that the file is sound)."""
-    path = cache_dir / _file_name(model_dir, quantized)
+    path = cache_dir / _file_name(model_dir, quantized, cache_dir)
     if path.is_file():
         try:
             return path, _session(path, threads)
@@ -271,11 +272,35 @@ def _open_model(cache_dir: Path, model_dir: Path, quantized: bool, threads: int)
     return path, _session(path, threads)
 
 
-def _file_name(model_dir: Path, quantized: bool) -> str:
+def _file_name(model_dir: Path, quantized: bool, cache_dir: Path | None = None) -> str:
     weights = model_dir / "model.safetensors"
-    stat = weights.stat()
-    digest = _sha256(str(weights.resolve()), stat.st_size, stat.st_mtime_ns)
+    digest = _weights_digest(weights, cache_dir)
     return f"query-encoder-{'int8' if quantized else 'fp32'}-e{EXPORT_VERSION}-{digest[:16]}.onnx"
+
+
+def _weights_digest(weights: Path, cache_dir: Path | None) -> str:
+    """The weights' SHA-256, remembered in ``cache_dir`` under their path, size and mtime: hashing the bundled
+    model's 90 MB took ~0.15 s of every process that opened an encoder (a CLI lookup, an ingest). A file replaced in
+    place gets another size or mtime, so another note; a note that cannot be read or written is only a cache."""
+    stat = weights.stat()
+    resolved = str(weights.resolve())
+    if cache_dir is None:
+        return _sha256(resolved, stat.st_size, stat.st_mtime_ns)
+    key = hashlib.sha256(f"{resolved}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    note = cache_dir / f"weights-{key}.sha256"
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        digest = note.read_text(encoding="ascii").strip()
+        if len(digest) == 64 and all(c in "0123456789abcdef" for c in digest):
+            return digest
+    digest = _sha256(resolved, stat.st_size, stat.st_mtime_ns)
+    with contextlib.suppress(OSError):
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=cache_dir, prefix=f".{note.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="ascii") as handle:
+            handle.write(digest)
+        os.chmod(name, 0o644)  # as the exports: a shared cache folder's other users read it too
+        os.replace(name, note)
+    return digest
 
 
 @lru_cache(maxsize=8)
@@ -472,9 +497,18 @@ def _versions() -> str:
     return ", ".join(found)
 
 
-@lru_cache(maxsize=8)
 def _shared_encoder(cache_dir: str, quantized: bool, threads: int) -> OnnxQueryEmbedding:
-    """One encoder per cached file and thread count in the process (the file follows from folder and precision)."""
+    """One encoder per cached file and thread count in the process (the file follows from folder and precision);
+    a caller that asks while another thread loads it waits for that load instead of starting a second one."""
+    with _loading:
+        return _load_shared_encoder(cache_dir, quantized, threads)
+
+
+_loading = threading.Lock()
+
+
+@lru_cache(maxsize=8)
+def _load_shared_encoder(cache_dir: str, quantized: bool, threads: int) -> OnnxQueryEmbedding:
     model_dir = Path(bundled_model_path())
     path, session = _open_model(Path(cache_dir), model_dir, quantized, threads)
     return OnnxQueryEmbedding(path, model_dir=model_dir, threads=threads, session=session)

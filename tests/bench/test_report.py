@@ -307,3 +307,25 @@ def test_serve_figures_are_in_the_summary_per_level():
     assert "1 worker: 1 client 10.0 req/s p50 100.0 / p99 150.0 ms" in text
     assert "2 workers: 1 client 20.0 req/s p50 100.0 / p99 250.0 ms, 4 clients 20.0 req/s" in text
     assert "2 workers over 1: 1.0x at 1 clients, 1.5x at 4 clients, 1.8x at 16 clients; 0 errors." in text
+
+
+def test_ingest_against_the_stock_torch_embedding_is_judged_and_summarised():
+    """Issue 39: a whole ``kb-retrieval ingest`` over the stock path's embedding alone, at most 0.58; a report
+    without the stock figure (an older run) judges the floor only."""
+    measured = copy.deepcopy(REPORT)
+    measured["speed"]["ingest_throughput"].update(
+        runs=3,
+        cli_ingest_wall_s=12.0,
+        ingest_beyond_embedding_seconds=0.7,
+        stock_chunks=500,
+        stock_embed_model="HuggingFaceEmbedding (embed_batch_size 32)",
+        stock_torch_embedding_seconds=30.0,
+        stock_ratio=0.4,
+    )
+    judged = targets(measured)
+    expected = {"ratio": 0.4, "ingest_s": 12.0, "stock_s": 30.0, "met": True}
+    assert judged["ingest<=0.58x_stock_torch_embedding"] == expected
+    measured["speed"]["ingest_throughput"]["stock_ratio"] = 0.6
+    assert not targets(measured)["ingest<=0.58x_stock_torch_embedding"]["met"]
+    assert "takes 12.0 s" in summary_markdown(measured) and "ratio 0.6." in summary_markdown(measured)
+    assert "ingest<=0.58x_stock_torch_embedding" not in targets(REPORT)

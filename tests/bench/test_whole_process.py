@@ -28,3 +28,9 @@ def test_a_small_command_from_a_large_process_is_small() -> None:
 def test_a_failing_command_is_an_error_naming_it() -> None:
     with pytest.raises(RuntimeError, match="exited with 3: boom"):
         whole_process([sys.executable, "-c", "import sys; print('boom', file=sys.stderr); sys.exit(3)"])
+
+
+def test_what_the_command_prints_can_be_kept(tmp_path) -> None:
+    printed = tmp_path / "out.json"
+    whole_process([sys.executable, "-c", "print('{\"seconds\": 1.5}')"], stdout=printed)
+    assert printed.read_text() == '{"seconds": 1.5}\n'

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 import shutil
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -177,9 +179,9 @@ def test_cached_file_is_reused(cache_dir: Path, int8_file: Path, monkeypatch: py
     again = onnx_model_file(cache_dir, quantized=True)
     after = again.stat()
     assert again == int8_file and (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
-    assert sorted(p.name for p in cache_dir.iterdir()) == sorted(
-        p.name for p in cache_dir.iterdir() if p.suffix == ".onnx"
-    )  # no temp files left beside
+    # No temp files left beside: the exports and the note of the weights' digest only.
+    assert {p.suffix for p in cache_dir.iterdir()} == {".onnx", ".sha256"}
+    assert not [p.name for p in cache_dir.iterdir() if p.name.startswith(".")]
 
 
 def test_corrupt_cache_file_is_exported_again(
@@ -205,7 +207,7 @@ def test_corrupt_cache_file_is_exported_again(
     assert path == corrupt and exports == [(corrupt, False)]
     assert "does not load" in caplog.text
     assert OnnxQueryEmbedding(path).get_query_embedding(TEXTS[6]) == fp32.get_query_embedding(TEXTS[6])
-    assert [p.name for p in tmp_path.iterdir()] == [fp32_file.name]
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".onnx", ".sha256"]  # the export and the digest note
 
 
 def test_a_graph_that_does_not_reproduce_the_model_is_not_written(
@@ -301,3 +303,44 @@ def test_an_export_that_fails_falls_back_to_the_model_and_names_the_versions(tmp
     (warning,) = [r.getMessage() for r in caplog.records if "ONNX query encoder unavailable" in r.getMessage()]
     for name in ("torch", "onnx", "onnxruntime"):
         assert f"{name} {metadata.version(name)}" in warning
+
+
+def test_the_weights_digest_is_remembered_by_path_size_and_mtime(tmp_path: Path) -> None:
+    """The export's file name names the weights' hash; a later process reads it from the cache folder instead of
+    hashing 90 MB again, and weights changed in place (another mtime) are hashed anew."""
+    from kb_retrieval.indexing.onnx_query import _file_name
+
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    weights = model_dir / "model.safetensors"
+    weights.write_bytes(b"weights one")
+    cache = tmp_path / "cache"
+    first = _file_name(model_dir, False, cache)
+    assert hashlib.sha256(b"weights one").hexdigest()[:16] in first
+    (note,) = cache.glob("weights-*.sha256")
+    note.write_text("0" * 64)  # what a later process reads: no hashing
+    assert _file_name(model_dir, False, cache) == f"query-encoder-fp32-e{EXPORT_VERSION}-{'0' * 16}.onnx"
+    weights.write_bytes(b"weights two")
+    os.utime(weights, ns=(1, 1))
+    assert hashlib.sha256(b"weights two").hexdigest()[:16] in _file_name(model_dir, False, cache)
+
+
+def test_threads_asking_for_the_shared_encoder_at_once_load_it_once(
+    fp32_file: Path, cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lookup loads its query encoder on a thread of its own while Milvus opens: a second caller meanwhile waits
+    for that load and gets the same encoder, never a second session."""
+    opened: list[Path] = []
+    real_open = onnx_query._open_model
+
+    def counted(*args: object) -> tuple[Path, object]:
+        opened.append(fp32_file)
+        time.sleep(0.2)  # long enough for every thread to ask while the first one loads
+        return real_open(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(onnx_query, "_open_model", counted)
+    onnx_query._load_shared_encoder.cache_clear()  # an encoder an earlier test loaded would answer without a load
+    settings = KBSettings(query_encoder="onnx", model_cache_dir=cache_dir)
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        encoders = list(pool.map(lambda _: query_encoder(settings), range(3)))
+    assert len(opened) == 1 and encoders[0] is encoders[1] is encoders[2]
