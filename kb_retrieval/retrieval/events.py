@@ -102,21 +102,20 @@ def postprocess(
     ``_postprocess_nodes`` when no handler listens where that span goes (the events it sends itself are sent
     either way). A postprocessor with its own ``postprocess_nodes`` is always called through it."""
     kind = type(postprocessor)
-    direct = _DIRECT.get(kind)
-    if direct is None:
-        own_entry = kind.postprocess_nodes is not BaseNodePostprocessor.postprocess_nodes
-        unwrapped = None if own_entry else getattr(kind._postprocess_nodes, "__wrapped__", None)
-        _DIRECT[kind] = direct = (get_dispatcher(kind.__module__), unwrapped)
-    span_dispatcher, method = direct
-    if method is None or listening(span_dispatcher):
+    # Read from the class on every call (a few attribute reads), not cached: a method replaced on the class later
+    # (a subclass, a test's spy) is the one called, and one without core's span is called through the entry point.
+    own_entry = kind.postprocess_nodes is not BaseNodePostprocessor.postprocess_nodes
+    method = None if own_entry else getattr(kind._postprocess_nodes, "__wrapped__", None)
+    if method is None or listening(_span_dispatcher(kind.__module__)):
         return postprocessor.postprocess_nodes(nodes, query_bundle=query_bundle)
     ranked: list[NodeWithScore] = method(postprocessor, nodes, query_bundle)
     return ranked
 
 
-#: Per postprocessor class: the dispatcher its ``_postprocess_nodes`` span goes to, and that method unwrapped (None
-#: when it has no span to skip, or the class has its own ``postprocess_nodes``).
-_DIRECT: dict[type, tuple[Any, Callable[..., Any] | None]] = {}
+@functools.lru_cache(maxsize=64)
+def _span_dispatcher(module: str) -> Any:
+    """The dispatcher a postprocessor class's ``_postprocess_nodes`` span goes to (core names it by the module)."""
+    return get_dispatcher(module)
 
 
 def listening(start: Any = None) -> bool:

@@ -38,3 +38,17 @@ def test_postprocess_keeps_core_span_when_a_span_handler_listens() -> None:
     finally:
         root.span_handlers.remove(handler)
     assert len(_spans(handler)) == 1
+
+
+def test_a_method_replaced_on_the_class_after_a_first_call_is_the_one_called(monkeypatch) -> None:
+    dedupe = SourceDeduplicator()
+    postprocess(dedupe, _nodes(), None)  # a first call: nothing about the class may be remembered from it
+    seen: list[int] = []
+
+    def spy(self: SourceDeduplicator, nodes: list[NodeWithScore], query_bundle: object = None) -> list[NodeWithScore]:
+        seen.append(len(nodes))
+        return nodes
+
+    monkeypatch.setattr(SourceDeduplicator, "_postprocess_nodes", spy)
+    assert len(postprocess(dedupe, _nodes(), None)) == 3
+    assert seen == [3]
