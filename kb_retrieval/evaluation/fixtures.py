@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from kb_retrieval.atomic import atomic_write
 from kb_retrieval.evaluation.errors import FixtureError, parse_json_object, read_text
 
 
@@ -207,14 +206,8 @@ def write_fixture(fixture: Fixture, directory: str | Path) -> Path:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     target = directory / fixture_filename(fixture.case_id)
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as stream:
-            stream.write(fixture_to_json(fixture))
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    with atomic_write(target, newline="\n") as stream:
+        stream.write(fixture_to_json(fixture))
     return target
 
 

@@ -17,11 +17,8 @@ Example:
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 from pymilvus import DataType, MilvusClient
 
+from kb_retrieval.atomic import atomic_write, stale_temporaries
 from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.index_version import index_version
 from kb_retrieval.indexing.milvus import (
@@ -120,19 +118,11 @@ class L0Index(BaseModel):
         Temporary files a killed run left behind are removed first.
         """
         path.parent.mkdir(parents=True, exist_ok=True)
-        for stale in path.parent.glob(glob.escape(path.name) + "*.tmp"):
+        for stale in stale_temporaries(path):
             stale.unlink(missing_ok=True)
         payload = json.dumps(self.model_dump(mode="json"), sort_keys=True, indent=1, ensure_ascii=False)
-        fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(payload + "\n")
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_write(path) as handle:
+            handle.write(payload + "\n")
 
     def replace_kb(self, kb: str, documents: list[KbDocument]) -> None:
         """Make the entries of one KB folder exactly ``documents``; other folders' entries are kept."""

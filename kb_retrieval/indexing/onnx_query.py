@@ -23,7 +23,6 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import threading
 import warnings
 from collections.abc import Iterator, Sequence
@@ -35,6 +34,7 @@ import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from pydantic import Field, PrivateAttr
 
+from kb_retrieval.atomic import atomic_path, atomic_write
 from kb_retrieval.indexing.embeddings import (
     BUNDLED_MODEL,
     bundled_model_path,
@@ -95,15 +95,14 @@ def export_onnx(
     out = Path(out_path)
     precision = "int8" if quantized else "fp32"
     min_cos = min_cosine if min_cosine is not None else (INT8_MIN_COSINE if quantized else FP32_MIN_COSINE)
-    try:
-        fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise OnnxExportError(
-            f"cannot write the ONNX export into {out.parent} ({exc}); set KB_MODEL_CACHE_DIR"
-        ) from exc
-    os.close(fd)
-    temp = Path(name)
-    try:
+    with contextlib.ExitStack() as writing:
+        try:
+            # 0644, not the owner's only: a shared cache folder's other users read the export too.
+            temp = writing.enter_context(atomic_path(out, mode=0o644))
+        except OSError as exc:
+            raise OnnxExportError(
+                f"cannot write the ONNX export into {out.parent} ({exc}); set KB_MODEL_CACHE_DIR"
+            ) from exc
         reference = _export_fp32(Path(model_dir), temp)
         with _quiet_quantizer():
             _fuse(temp, Path(model_dir))
@@ -135,11 +134,6 @@ def export_onnx(
                 f"ONNX {precision} export {out} does not reproduce the torch model: cosine {worst:.6f} < {min_cos} "
                 f"on probe {probe[:60]!r}; the file was not written"
             )
-        temp.chmod(0o644)  # mkstemp's 0600 would keep a shared cache folder's other users out
-        os.replace(temp, out)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            temp.unlink()
     return out
 
 
@@ -295,11 +289,9 @@ def _weights_digest(weights: Path, cache_dir: Path | None) -> str:
     digest = _sha256(resolved, stat.st_size, stat.st_mtime_ns)
     with contextlib.suppress(OSError):
         cache_dir.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(dir=cache_dir, prefix=f".{note.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="ascii") as handle:
+        # 0644 as the exports: a shared cache folder's other users read it too.
+        with atomic_write(note, encoding="ascii", file_mode=0o644) as handle:
             handle.write(digest)
-        os.chmod(name, 0o644)  # as the exports: a shared cache folder's other users read it too
-        os.replace(name, note)
     return digest
 
 

@@ -32,14 +32,13 @@ import hashlib
 import io
 import json
 import logging
-import os
 import pickle
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kb_retrieval import __version__
+from kb_retrieval.atomic import atomic_write
 from kb_retrieval.config import KBSettings
 
 log = logging.getLogger(__name__)
@@ -209,11 +208,10 @@ def write_snapshot(settings: KBSettings, key: str, parts: SnapshotParts) -> Path
     A failure (a read-only or full disk) is logged and leaves no file behind: the next process reads Milvus."""
     folder = snapshot_dir(settings)
     path = _path(settings, key)
-    tmp: str | None = None
     try:
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=folder)
-        with os.fdopen(fd, "wb") as handle:
+        # On disk before the rename (atomic_write): a crash leaves the old snapshot or the new one.
+        with atomic_write(path, "wb") as handle:
             # The header holds the payload's digest, known once the payload is written: a placeholder of the same
             # length first, rewritten in place after (the payload streams to disk, never held twice in memory).
             handle.write(_header(key, "0" * 64))
@@ -221,16 +219,9 @@ def write_snapshot(settings: KBSettings, key: str, parts: SnapshotParts) -> Path
             pickle.dump(parts, digest, protocol=pickle.HIGHEST_PROTOCOL)
             handle.seek(0)
             handle.write(_header(key, digest.hexdigest()))
-            handle.flush()
-            os.fsync(handle.fileno())  # on disk before the rename: a crash leaves the old snapshot or the new one
-        os.replace(tmp, path)
-        tmp = None
     except Exception as exc:
         log.warning("state snapshot not written to %s: %s", folder, exc)
         return None
-    finally:
-        if tmp is not None:
-            Path(tmp).unlink(missing_ok=True)
     for older in folder.glob(f"{settings.storage.collection}-{_family(settings)}-*{_SUFFIX}"):
         if older != path:
             older.unlink(missing_ok=True)

@@ -32,8 +32,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from llama_index.core.schema import NodeWithScore
 
+from kb_retrieval.atomic import atomic_write
 from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.embeddings import embed_query
 from kb_retrieval.indexing.pseudo_queries import heading_query as pseudo_query
@@ -289,9 +288,7 @@ def _write_cached(settings: KBSettings, key: str, measured: Background) -> None:
     record = {"key": key, "samples": measured.samples, "quantiles": measured.quantiles, "reason": measured.reason}
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        with atomic_write(path) as handle:
             json.dump(record, handle, sort_keys=True)
-        os.replace(tmp, path)
     except OSError as exc:
         log.warning("calibration not kept in %s: %s", path.parent, exc)

@@ -17,10 +17,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from kb_retrieval.atomic import atomic_write
 from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.lite_lock import lite_lock_holder
 
@@ -57,15 +57,8 @@ def announce(settings: KBSettings, url: str, *, token_required: bool) -> Path:
         "token_required": token_required,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{SERVE_FILE}.", suffix=".tmp")  # 0600
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(record, handle, sort_keys=True)
-        os.replace(name, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(name)
-        raise
+    with atomic_write(path) as handle:  # owner-only (0600)
+        json.dump(record, handle, sort_keys=True)
     return path
 
 

@@ -75,7 +75,7 @@ def test_write_then_load_round_trips_byte_identically(tmp_path: Path) -> None:
     assert text.endswith("}\n")
     assert '"score": 0.1234567890123' in text  # floats as-is
     assert list(json.loads(text)) == sorted(json.loads(text))
-    assert not list((tmp_path / "fixtures").glob(".tmp-*"))
+    assert [p.name for p in (tmp_path / "fixtures").iterdir()] == [path.name]  # no temporary file left
 
 
 def test_data_fixtures_are_in_canonical_form(fixtures_dir: Path) -> None:

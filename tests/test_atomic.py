@@ -1,0 +1,85 @@
+"""The atomic write: the target is the old file or the whole new one, the new one is on disk before the rename, and
+no temporary file outlives the write."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from kb_retrieval import atomic
+from kb_retrieval.atomic import atomic_path, atomic_write, stale_temporaries
+
+
+def _names(folder) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_atomic_write_replaces_the_target_whole(tmp_path) -> None:
+    target = tmp_path / "record.json"
+    target.write_text("old", encoding="utf-8")
+    with atomic_write(target) as handle:
+        handle.write("new ")
+        assert target.read_text(encoding="utf-8") == "old"  # nothing under the name until the block ends
+        handle.write("content")
+    assert target.read_text(encoding="utf-8") == "new content"
+    assert _names(tmp_path) == ["record.json"]
+
+
+def test_an_error_keeps_the_old_file_and_leaves_no_temporary(tmp_path) -> None:
+    target = tmp_path / "record.json"
+    target.write_text("old", encoding="utf-8")
+    with pytest.raises(RuntimeError), atomic_write(target) as handle:
+        handle.write("half")
+        raise RuntimeError("interrupted")
+    assert target.read_text(encoding="utf-8") == "old"
+    assert _names(tmp_path) == ["record.json"]
+
+
+def test_binary_text_and_newline(tmp_path) -> None:
+    with atomic_write(tmp_path / "a.bin", "wb") as handle:
+        handle.write(b"\x00\x01")
+        handle.seek(0)
+        handle.write(b"\x02")  # rewritten in place before the rename, as a snapshot's header is
+    assert (tmp_path / "a.bin").read_bytes() == b"\x02\x01"
+    with atomic_write(tmp_path / "a.txt", newline="\n") as handle:
+        handle.write("é\n")
+    assert (tmp_path / "a.txt").read_bytes() == "é\n".encode()
+
+
+def test_permissions_owner_only_unless_asked(tmp_path) -> None:
+    with atomic_write(tmp_path / "private") as handle:
+        handle.write("x")
+    with atomic_write(tmp_path / "shared", file_mode=0o644) as handle:
+        handle.write("x")
+    assert stat.S_IMODE((tmp_path / "private").stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "shared").stat().st_mode) == 0o644
+
+
+def test_atomic_path_is_for_a_writer_that_takes_a_path(tmp_path) -> None:
+    target = tmp_path / "model.onnx"
+    with atomic_path(target, mode=0o644) as temp:
+        assert temp.parent == tmp_path and temp.exists() and not target.exists()
+        temp.write_bytes(b"graph")
+    assert target.read_bytes() == b"graph"
+    assert _names(tmp_path) == ["model.onnx"]
+
+
+def test_the_content_is_synced_before_the_rename(tmp_path, monkeypatch) -> None:
+    events: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(atomic.os, "fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1])
+    monkeypatch.setattr(atomic.os, "replace", lambda a, b: (events.append("replace"), real_replace(a, b))[1])
+    with atomic_write(tmp_path / "f") as handle:
+        handle.write("x")
+    assert events == ["fsync", "replace"]
+
+
+def test_stale_temporaries_finds_what_a_killed_writer_left(tmp_path) -> None:
+    target = tmp_path / "index[1].json"  # glob characters in the name are matched literally
+    context = atomic_path(target)
+    temp = context.__enter__()  # a process killed here never runs the block's exit
+    (tmp_path / "other.json").write_text("{}", encoding="utf-8")
+    assert stale_temporaries(target) == [temp]
+    assert stale_temporaries(tmp_path / "other.json") == []
