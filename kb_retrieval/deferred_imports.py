@@ -30,13 +30,31 @@ from typing import Any
 
 #: The packages a lookup through the memory plan, or an ingest, imports submodules of but never needs the
 #: ``__init__`` of: each ``__init__`` imports the whole of LlamaIndex (its indices, chat engines, LLM rerankers, the
-#: simple vector store).
+#: simple vector store), or, for ``callbacks`` and ``prompts``, handlers and templates a lookup never builds (the
+#: token counter and its LLM types, the rich prompt templates and their template engine).
 LOOKUP_DEFERRED = (
     "llama_index.core",
     "llama_index.core.indices",
     "llama_index.core.postprocessor",
     "llama_index.core.vector_stores",
+    "llama_index.core.callbacks",
+    "llama_index.core.prompts",
 )
+#: Names that LlamaIndex's own modules import from a deferred package (``from llama_index.core.callbacks import
+#: CallbackManager``), served from the submodule that defines them without running the package's ``__init__``.
+LIGHT_NAMES: Mapping[str, Mapping[str, str]] = {
+    "llama_index.core.callbacks": {
+        "CallbackManager": "llama_index.core.callbacks.base",
+        "CBEventType": "llama_index.core.callbacks.schema",
+        "EventPayload": "llama_index.core.callbacks.schema",
+    },
+    "llama_index.core.prompts": {
+        "BasePromptTemplate": "llama_index.core.prompts.base",
+        "ChatPromptTemplate": "llama_index.core.prompts.base",
+        "PromptTemplate": "llama_index.core.prompts.base",
+        "SelectorPromptTemplate": "llama_index.core.prompts.base",
+    },
+}
 #: Module globals of a deferred ``__init__`` that its submodules read with ``from package import name`` before
 #: anything else would need the ``__init__`` (``CallbackManager()`` reads ``global_handler``): their initial values.
 PRESET: Mapping[str, Mapping[str, Any]] = {"llama_index.core": {"global_handler": None, "global_tokenizer": None}}
@@ -52,6 +70,10 @@ class _DeferredPackage(types.ModuleType):
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__") and name != "__all__":
             raise AttributeError(name)
+        if (home := LIGHT_NAMES.get(self.__name__, {}).get(name)) is not None and deferred(self.__name__):
+            value = getattr(importlib.import_module(home), name)
+            setattr(self, name, value)  # kept when the real __init__ runs later (the same object)
+            return value
         with _lock:
             spec = _pending.pop(self.__name__, None)
             if spec is not None:

@@ -54,7 +54,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from llama_index.core.callbacks import EventPayload
+from llama_index.core.callbacks.schema import EventPayload
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 from pydantic import Field, PrivateAttr

@@ -37,7 +37,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
-from llama_index.core.callbacks import EventPayload
+from llama_index.core.callbacks.schema import EventPayload
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRankStartEvent
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
