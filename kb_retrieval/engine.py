@@ -26,7 +26,6 @@ import dataclasses
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,6 +43,7 @@ from kb_retrieval.indexing.model_check import check_query_model
 from kb_retrieval.indexing.onnx_query import query_encoder
 from kb_retrieval.indexing.rank_teach import teach_ranking
 from kb_retrieval.models import Candidate, LookupResult, QueryTransform
+from kb_retrieval.on_thread import OnThread
 from kb_retrieval.overrides import check_overrides
 from kb_retrieval.pipeline import Pipeline, Resources
 from kb_retrieval.result import agent_text, assemble_result, evidence_nodes
@@ -137,17 +137,14 @@ class KnowledgeLookup:
         # torch); a user's own model is used as it is. Nothing here loads torch unless it is the encoder. It loads
         # on a thread of its own while Milvus opens: onnxruntime builds its session mostly without the GIL (a cold
         # CLI lookup's start, issue 39); it reads only the embedding settings, which the collection never changes.
-        encoder_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kb-query-encoder")
-        try:
-            loading = encoder_pool.submit(query_encoder, settings, embed_model)
-            self.client = client or connect(settings)
-            ensure_collection(self.client, settings, create=False)
-            # Features the collection cannot serve (one written by stock MilvusVectorStore) are off, not errors.
-            self.features_off = features_off(self.client, settings)
-            self.settings = without_missing_fields(self.client, settings)
-            self.query_embed_model = loading.result()
-        finally:
-            encoder_pool.shutdown(wait=False)  # a failure here is told at once, not after the load
+        # A failure opening Milvus is told at once, not after the load (which ends on its own thread).
+        loading = OnThread(query_encoder, settings, embed_model, name="kb-query-encoder")
+        self.client = client or connect(settings)
+        ensure_collection(self.client, settings, create=False)
+        # Features the collection cannot serve (one written by stock MilvusVectorStore) are off, not errors.
+        self.features_off = features_off(self.client, settings)
+        self.settings = without_missing_fields(self.client, settings)
+        self.query_embed_model = loading.result()
         self.embed_model = embed_model or self.query_embed_model
         custom_path = path is not None
         # What ingest recorded (model id, KB roots, metadata keys); a query model that does not fit is refused here.

@@ -1,10 +1,14 @@
 """What several ``kb-retrieval`` commands share: the check that a state dir holds a knowledge base, the name the
-user ran the CLI by (for commands to copy), and how a user error is printed."""
+user ran the CLI by (for commands to copy), how a user error is printed, and what only the CLI's own process does
+(its garbage collector during start-up)."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,3 +41,36 @@ def user_error(message: str) -> int:
     """Print a user error as one line (secrets masked) on stderr; its exit status, 2."""
     print(f"error: {mask_message(message)}", file=sys.stderr)
     return 2
+
+
+_own_process = False
+
+
+def claim_process() -> None:
+    """Called by :func:`~kb_retrieval.cli.run.main` run as the process's command (the ``kb-retrieval`` script,
+    ``python -m kb_retrieval.cli``): what :func:`own_process` tells."""
+    global _own_process
+    _own_process = True
+
+
+def own_process() -> bool:
+    """True in the ``kb-retrieval`` command's own process; False where a program, notebook or test calls ``main``
+    (its environment, imports and garbage collector are its own)."""
+    return _own_process
+
+
+@contextlib.contextmanager
+def start_up_gc() -> Iterator[None]:
+    """Around a command's imports and set-up in the CLI's own process: no cyclic garbage collection while they run
+    (importing LlamaIndex, pymilvus and pydantic models makes hundreds of thousands of objects that all live on, and
+    each collection walks them for nothing), then those objects frozen (``gc.freeze``: later collections skip them)
+    and collection back on. Elsewhere (:func:`own_process` False, or collection already off) it changes nothing."""
+    if not own_process() or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.enable()

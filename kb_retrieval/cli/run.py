@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from kb_retrieval.cli.common import user_error
+from kb_retrieval.cli.common import claim_process, user_error
 from kb_retrieval.cli.parser import build_parser
 from kb_retrieval.cli_args import CliError, describe_environment_error, describe_settings_error
 from kb_retrieval.log_format import _MaskingFormatter
@@ -32,6 +32,8 @@ PRIVATE_UMASK = 0o077
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command ``argv`` (default: ``sys.argv[1:]``) names; its exit status (the package docstring lists
     them)."""
+    if argv is None:  # the command line of the process: the CLI's own process (its console script, -m)
+        claim_process()
     for name, value in CLI_ENVIRONMENT.items():
         os.environ.setdefault(name, value)
     # What the commands write (the Milvus Lite files, written as late as a first load; traces; snapshots) holds the
