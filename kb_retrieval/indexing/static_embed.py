@@ -46,6 +46,8 @@ _TOKENIZER = Path("tokenizers") / "l2_supercat_tokenizer_config.json"
 _TENSOR = "embedding.weight"
 #: Word vectors kept per embedder (a query's words are mostly seen before); past this the cache starts again.
 _WORD_CACHE_LIMIT = 200_000
+#: The SentencePiece word mark: the tokenizer's normaliser turns every space (and the text's start) into it.
+_MARK = "\u2581"
 
 
 class StaticModelMissingError(RuntimeError):
@@ -60,6 +62,8 @@ class StaticEmbedder:
         self.tokenizer = tokenizer
         self.tokenizer.no_padding()
         self.tokenizer.no_truncation()
+        self._piecewise = _words_tokenise_alone(self.tokenizer)
+        self._piece_ids: dict[str, list[int]] = {}
 
     @property
     def dim(self) -> int:
@@ -68,16 +72,46 @@ class StaticEmbedder:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """An (n, dim) float32 array of unit rows."""
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        # One text (a lookup's query): ``encode``, the same ids without the batch's thread-pool round trip.
-        if len(texts) == 1:
-            encodings = [self.tokenizer.encode(texts[0], add_special_tokens=False)]
+        if len(texts) == 1:  # a lookup's query: its words' pieces, mostly seen before
+            token_ids = [self.token_ids(texts[0])]
         else:
-            encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
-        for row, encoding in enumerate(encodings):
-            if encoding.ids:  # an id past the table takes its last row ("clip")
-                out[row] = np.take(self.table, encoding.ids, axis=0, mode="clip").mean(axis=0)
+            token_ids = [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+        for row, ids in enumerate(token_ids):
+            if ids:  # an id past the table takes its last row ("clip")
+                out[row] = np.take(self.table, ids, axis=0, mode="clip").mean(axis=0)
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return out / np.where(norms == 0, 1.0, norms)
+
+    def token_ids(self, text: str) -> list[int]:
+        """``text``'s token ids (no special tokens), as one ``encode`` of the whole text gives them.
+
+        Word by word when :meth:`_piecewise_plan` allows, each distinct word encoded once per embedder and cached: a
+        query's words recur across lookups, and the BPE of a whole query costs more than the rest of its vector.
+        """
+        if (pieces := self._piecewise_plan(text)) is None:
+            return self.tokenizer.encode(text, add_special_tokens=False).ids
+        cache = self._piece_ids
+        if len(cache) > _WORD_CACHE_LIMIT:
+            cache.clear()
+        ids: list[int] = []
+        for piece in pieces:
+            if (known := cache.get(piece)) is None:
+                known = cache[piece] = self.tokenizer.encode(piece, add_special_tokens=False).ids
+            ids += known
+        return ids
+
+    def _piecewise_plan(self, text: str) -> list[str] | None:
+        """``text``'s words, split on single spaces, when their tokens put end to end are the whole text's; None
+        when they might not be (then the whole text is encoded).
+
+        They are when the tokenizer marks each space as a word start and no merge crosses a mark
+        (:func:`_words_tokenise_alone`, checked once) and every word stands alone: no empty word (two spaces in a
+        row, a leading or trailing space, where runs of marks would merge) and no mark typed in the text itself.
+        """
+        if not self._piecewise or _MARK in text:
+            return None
+        pieces = text.split(" ")
+        return None if len(pieces) < 2 or "" in pieces else pieces
 
     def embed_weighted(self, texts: Sequence[str], weight: Callable[[str], float]) -> np.ndarray:
         """An (n, dim) float32 array of unit rows: each text's words (:func:`~kb_retrieval.knowledge.text.words`,
@@ -100,6 +134,20 @@ class StaticEmbedder:
                 cache.clear()
             cache.update(zip(missing, self.embed(missing), strict=True))
         return np.stack([cache[w] for w in words])
+
+
+def _words_tokenise_alone(tokenizer: Tokenizer) -> bool:
+    """Whether ``tokenizer`` encodes words joined by single spaces as the words one by one, end to end.
+
+    True for a SentencePiece-style BPE (WordLlama's): its normaliser marks every word start with ``\u2581``, and when
+    no token holds the mark past its first character, other than a run of marks (indentation), no merge joins one
+    word to the next. Checked on the vocabulary, then confirmed on a probe text.
+    """
+    if any(_MARK in token[1:] and token.strip(_MARK) for token in tokenizer.get_vocab()):
+        return False
+    probe = ["kube", "pod", "CrashLooping", "p99", "latency", "(5m)", "über", "etcd_server"]
+    whole = tokenizer.encode(" ".join(probe), add_special_tokens=False).ids
+    return whole == [i for word in probe for i in tokenizer.encode(word, add_special_tokens=False).ids]
 
 
 class TermWeights:

@@ -18,6 +18,8 @@ from pydantic import Field
 
 from kb_retrieval.retrieval.stage import Boost, HitKind, RerankRecord, StageData, rank_key, stage_of, write_stage
 
+_DOC_FOCUS = Boost.DOC_FOCUS.value
+
 
 class SourceDeduplicator(BaseNodePostprocessor):
     """The best-scoring node of each source survives; the others' hit reasons are merged into it.
@@ -53,36 +55,40 @@ class SourceDeduplicator(BaseNodePostprocessor):
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
         kept: dict[str, tuple[NodeWithScore, StageData]] = {}
+        kinds_of: dict[str, set[HitKind]] = {}  # the kept block's hit-reason kinds, per source, kept up to date
+        semantic = HitKind.L1_SEMANTIC
         for node in sorted(nodes, key=rank_key):
             stage = stage_of(node)
             source = stage.candidate.source
-            if source not in kept:
+            if (first := kept.get(source)) is None:
                 stage.merged_chunks = 1
                 stage.sections = []
                 kept[source] = (node, stage)
                 continue
-            best = kept[source][1]
+            best = first[1]
             if best.rerank is not None and stage.rerank is not None:
                 # Another chunk adds a reason only of a kind the kept block lacks (e.g. the L0 keyword matched in a
                 # sibling section); its semantic score or a second content match is not new information.
-                kinds = best.rerank.kinds()
+                if (kinds := kinds_of.get(source)) is None:
+                    kinds = kinds_of[source] = best.rerank.kinds()
                 for reason in stage.rerank.hit_reasons:
-                    if reason.kind not in kinds and reason.kind is not HitKind.L1_SEMANTIC:
+                    if reason.kind not in kinds and reason.kind is not semantic:
                         best.rerank.hit_reasons.append(reason)
                         kinds.add(reason.kind)
             best.merged_chunks += 1
             best.sections.append(stage.candidate)
+        weight, saturation, padding = self.focus_weight, self.focus_saturation, self.focus_padding
         for node, stage in kept.values():
             total = stage.candidate.chunk_count or 0
-            if self.focus_weight > 0 and total > 0:
+            if weight > 0 and total > 0:
                 # Padding: a one- or two-chunk page is not "all about" the query because its one chunk matched.
                 # Saturating: among focused documents the focus says nothing more.
-                focus = stage.merged_chunks / (total + self.focus_padding)
-                boost = round(self.focus_weight * min(1.0, focus / self.focus_saturation), 6)
+                focus = stage.merged_chunks / (total + padding)
+                boost = round(weight * min(1.0, focus / saturation), 6)
                 if stage.rerank is None:
                     base = stage.candidate.similarity
                     stage.rerank = RerankRecord(base_score=base, evidence_score=float(node.score or base))
-                stage.rerank.boosts[Boost.DOC_FOCUS.value] = boost
+                stage.rerank.boosts[_DOC_FOCUS] = boost
                 node.score = round((node.score or 0.0) + boost, 6)
             write_stage(node, stage)
         return sorted((n for n, _ in kept.values()), key=rank_key)

@@ -85,6 +85,20 @@ L0_BOOSTS = frozenset(
 )
 _LEXICAL, _TITLE_TERMS = Boost.LEXICAL.value, Boost.TITLE_TERMS.value
 _DOC_FOCUS, _EXACT_MATCH = Boost.DOC_FOCUS.value, Boost.EXACT_MATCH.value
+#: The ranker's signals (the module doc's table), in the order a node's contributions are recorded.
+SIGNALS = (
+    "doc_title",
+    "doc_summary",
+    "doc_text",
+    "doc_static",
+    "doc_static_title",
+    "chunk",
+    "lexical",
+    "title_terms",
+    "l0",
+    "doc_focus",
+    "exact_match",
+)
 
 
 class DocumentRanker(BaseNodePostprocessor):
@@ -186,7 +200,7 @@ class DocumentRanker(BaseNodePostprocessor):
                 missing,
             )
             return nodes
-        w = self.weights
+        weighted = [(k, wk) for k in SIGNALS if (wk := self.weights.get(k, 0.0))]  # the others contribute nothing
         with_static, with_static_title = vectors.static_model is not None, vectors.static_titles is not None
         weights_note = f"; weights: {self.mixture}" if self.mixture else ""
         for node, stage in staged:
@@ -209,7 +223,7 @@ class DocumentRanker(BaseNodePostprocessor):
                 "doc_focus": boosts.get(_DOC_FOCUS, 0.0),
                 "exact_match": boosts.get(_EXACT_MATCH, 0.0),
             }
-            record.ranking = {k: round(wk * v, 6) for k, v in signals.items() if v and (wk := w.get(k, 0.0))}
+            record.ranking = _contributions(weighted, signals)
             detail = f"title {title:.3f} summary {summary:.3f} text {text:.3f}"
             if with_static:
                 detail += f" static {static:.3f}"
@@ -224,6 +238,12 @@ class DocumentRanker(BaseNodePostprocessor):
     @staticmethod
     def _staged(nodes: list[NodeWithScore]) -> list[tuple[NodeWithScore, StageData]]:
         return [(n, stage_of(n)) for n in nodes]
+
+
+def _contributions(weighted: list[tuple[str, float]], signals: dict[str, float]) -> dict[str, float]:
+    """Signal -> weight x value, for the signals of non-zero weight (``weighted``, in :data:`SIGNALS` order) and
+    non-zero value: a node's ``RerankRecord.ranking``, which sums to its score."""
+    return {k: round(wk * v, 6) for k, wk in weighted if (v := signals[k])}
 
 
 def taught_weights(scoring: ScoringProfile, fit: RankFit | None) -> tuple[dict[str, float], str]:

@@ -104,9 +104,15 @@ def _stemmer() -> object:
 def title_terms(text: str) -> set[str]:
     """Stemmed content words of ``text`` with identifiers split (``KubePersistentVolumeFillingUp`` -> kube,
     persist, volum, fill, up): how a title and a query are compared term by term."""
-    pieces = [part for piece in _PIECE.findall(text) for part in split_camel(piece) or [piece.lower()]]
+    pieces = [part for piece in _PIECE.findall(text) for part in _piece_parts(piece)]
     kept = [p for p in pieces if p not in QUESTION_STOPWORDS and not p.isdigit()]
     return set(_stemmer().stemWords(kept))  # type: ignore[attr-defined]
+
+
+@lru_cache(maxsize=16384)
+def _piece_parts(piece: str) -> tuple[str, ...]:
+    """A word's parts, identifiers split (``CrashLooping`` -> crash, looping); a query's words recur across lookups."""
+    return tuple(split_camel(piece)) or (piece.lower(),)
 
 
 def _phrase(text: str) -> tuple[str, ...]:
@@ -142,7 +148,7 @@ def _entity_case_ok(entity: str, query: str) -> bool:
 def _name_pieces(name: str) -> tuple[str, ...]:
     """``Prometheus Operator NotReady`` -> (prometheus, operator, not, ready): a name's words, identifiers split, so
     that a keyword is found inside a longer identifier (``NotReady`` in ``KubeNodeNotReady``)."""
-    return tuple(part for word in _PIECE.findall(name) for part in (split_camel(word) or [word.lower()]))
+    return tuple(part for word in _PIECE.findall(name) for part in _piece_parts(word))
 
 
 def _by_first_word(phrases: dict[tuple[str, ...], set[str]]) -> dict[str, list[tuple[str, ...]]]:
@@ -169,7 +175,9 @@ class L0HintProvider:
         entity_docs: dict[tuple[str, ...], set[str]] = defaultdict(set)
         self._keyword_text: dict[tuple[str, ...], str] = {}
         self._entity_text: dict[tuple[str, ...], str] = {}
-        self._titles: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = []
+        #: source, title words, their set and how many distinct content words.
+        self._titles: list[tuple[str, tuple[str, ...], frozenset[str], int]] = []
+        title_content: list[tuple[str, ...]] = []
         for source, entry in index.documents.items():
             for keyword in entry.keywords:
                 phrase = _phrase(keyword)
@@ -183,7 +191,8 @@ class L0HintProvider:
                     self._entity_text.setdefault(phrase, entity)
             title = _phrase(entry.title)
             content = tuple(w for w in title if w not in QUESTION_STOPWORDS)
-            self._titles.append((source, title, content))
+            self._titles.append((source, title, frozenset(title), len(set(content))))
+            title_content.append(content)
         self._keywords = {p: s for p, s in keyword_docs.items() if len(s) <= max_keyword_documents}
         # Each document's names as piece sequences, and an inverted index of their pieces: which documents' names
         # a keyword is a piece of (see is_a_name).
@@ -201,7 +210,7 @@ class L0HintProvider:
         self._entity_starts = _by_first_word(self._entities)
         # Inverted index of title content words: a title matches when the query holds all of them.
         self._title_words: dict[str, list[int]] = defaultdict(list)
-        for i, (_, _, content) in enumerate(self._titles):
+        for i, content in enumerate(title_content):
             for word in set(content):
                 self._title_words[word].append(i)
         # Title terms weighted by rarity among titles: "kube" in every title says little, "quota" much.
@@ -221,15 +230,19 @@ class L0HintProvider:
         word by word. The best ``limit``."""
         minimum = self.title_coverage_min if minimum is None else minimum
         limit = self.title_coverage_limit if limit is None else limit
-        shared: dict[str, list[str]] = defaultdict(list)
-        for term in title_terms(query):
-            for source in self._term_sources.get(term, ()):
-                shared[source].append(term)
+        # Only the titles sharing a term with the query are visited (the inverted index); terms in sorted order, so
+        # each title's shared weights are summed in the same order whatever the hash seed.
+        shared: dict[str, list[float]] = defaultdict(list)
+        for term in sorted(title_terms(query)):
+            if (sources := self._term_sources.get(term)) is not None:
+                idf = self._term_idf[term]
+                for source in sources:
+                    shared[source].append(idf)
         covered: dict[str, float] = {}
-        for source, terms in shared.items():
-            if len(terms) < 2:  # one shared word ("alerting", "instrumentation") is not aboutness
+        for source, weights in shared.items():
+            if len(weights) < 2:  # one shared word ("alerting", "instrumentation") is not aboutness
                 continue
-            share = sum(self._term_idf[t] for t in sorted(terms)) / self._title_weight[source]
+            share = sum(weights) / self._title_weight[source]
             if share >= minimum:
                 covered[source] = round(share, 4)
         best = sorted(covered.items(), key=lambda item: (-item[1], item[0]))[:limit]
@@ -328,9 +341,9 @@ class L0HintProvider:
                 hits[i] += 1
         matched = []
         for i, count in sorted(hits.items()):
-            source, title, content = self._titles[i]
-            distinct = len(set(content))
-            if (distinct >= 2 and count == distinct) or _contains(tokens, title):
+            source, title, title_words, distinct = self._titles[i]
+            # A title occurs in the query only if all its words do: most titles are ruled out by that set test.
+            if (distinct >= 2 and count == distinct) or (title_words <= token_set and _contains(tokens, title)):
                 matched.append(source)
         return matched
 

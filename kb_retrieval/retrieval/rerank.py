@@ -70,6 +70,8 @@ log = logging.getLogger(__name__)
 
 #: Boost names as the records key them, looked up once rather than per candidate.
 _EXACT_MATCH, _LEXICAL, _TITLE_TERMS = Boost.EXACT_MATCH.value, Boost.LEXICAL.value, Boost.TITLE_TERMS.value
+_L0_TITLE, _L0_KEYWORD, _L0_ENTITY = Boost.L0_TITLE.value, Boost.L0_KEYWORD.value, Boost.L0_ENTITY.value
+_L0_CATEGORY, _BREADCRUMB, _CONTENT = Boost.L0_CATEGORY.value, Boost.BREADCRUMB.value, Boost.CONTENT.value
 
 
 @lru_cache(maxsize=16384)
@@ -150,27 +152,24 @@ class RuleReranker(BaseNodePostprocessor):
         if self.l0 is None and not (isinstance(query_bundle, LookupQuery) and query_bundle.transform is not None):
             message = "no L0 hints (no L0 index attached, see from_lookup): similarity and lexical signals only"
             note_limitation(log, self.class_name(), "no_l0", message, [(n, stage_of(n)) for n in nodes])
-        hints = self.hints_for(query_bundle)
-        titles = {t.lower() for t in hints.matched_titles}
-        keywords = {_phrase(k) for k in hints.matched_keywords}
-        entities = {_phrase(e) for e in hints.entities}
-        domains = {d.lower() for d in hints.domains}
-        signals = _phrases(hints.matched_keywords + hints.entities)
+        rules = _MatchRules(self.hints_for(query_bundle), self.boosts)
         exact_weight = self.boosts.get(_EXACT_MATCH, 0.0)
+        lexical_weight = self.lexical_weight
+        semantic = HitKind.L1_SEMANTIC
         for node in nodes:
             stage = stage_of(node)
-            candidate = self._known(stage.candidate)
-            if candidate is not stage.candidate:
-                stage.candidate = candidate
-            applied, reasons = self._signals(candidate, hints, titles, keywords, entities, domains, signals)
+            candidate = stage.candidate
+            if candidate.path == "external" and (known := self._known(candidate)) is not candidate:
+                candidate = stage.candidate = known
+            applied, reasons = rules.signals_of(candidate)
             if stage.exact_terms and exact_weight > 0:
                 applied[_EXACT_MATCH] = round(exact_weight / (stage.exact_df or 1), 6)
                 reasons += [
                     hit_reason(HitKind.EXACT_MATCH if is_identifier(t) else HitKind.RARE_TERM, t)
                     for t in stage.exact_terms
                 ]
-            if (lexical := stage.lexical_score) is not None and self.lexical_weight > 0:
-                applied[_LEXICAL] = round(self.lexical_weight * lexical, 6)
+            if (lexical := stage.lexical_score) is not None and lexical_weight > 0:
+                applied[_LEXICAL] = round(lexical_weight * lexical, 6)
                 reasons.append(hit_reason(HitKind.LEXICAL_BM25, f"{lexical:.3f}"))
             base = candidate.similarity
             node.score = round(base + sum(applied.values()), 6)
@@ -180,7 +179,7 @@ class RuleReranker(BaseNodePostprocessor):
                 # are partial word overlap, so they rank candidates but say nothing about whether any answers.
                 evidence_score=round(base + sum(v for k, v in applied.items() if k not in RANKING_ONLY), 6),
                 boosts=applied,
-                hit_reasons=[hit_reason(HitKind.L1_SEMANTIC, f"{base:.3f}"), *reasons],
+                hit_reasons=[hit_reason(semantic, f"{base:.3f}"), *reasons],
             )
             write_stage(node, stage)
         return sorted(nodes, key=rank_key)
@@ -188,7 +187,7 @@ class RuleReranker(BaseNodePostprocessor):
     def _known(self, c: Candidate) -> Candidate:
         """A stock node of a document the L0 index knows gets that document's title, keywords, entities, category
         (and, under a recorded root, the document's source id)."""
-        if c.path != "external":  # the pipeline's own candidates carry all of it
+        if c.path != "external":  # the pipeline's own candidates carry all of it (the caller skips them)
             return c
         c = known_source(c, self._roots)
         if self.l0 is None or (entry := self.l0.index.documents.get(c.source)) is None:
@@ -202,38 +201,48 @@ class RuleReranker(BaseNodePostprocessor):
             }
         )
 
-    def _signals(
-        self,
-        c: Candidate,
-        hints: L0Hints,
-        titles: set[str],
-        keywords: set[tuple[str, ...]],
-        entities: set[tuple[str, ...]],
-        domains: set[str],
-        signals: list[tuple[str, ...]],
-    ) -> tuple[dict[str, float], list[HitReason]]:
+
+class _MatchRules:
+    """One lookup's hints as the rule reranker matches them against each candidate, with the boosts' weights: built
+    once per call, so the per-candidate work is only the matching itself."""
+
+    __slots__ = ("coverage", "domains", "entities", "keywords", "phrases", "titles", "weights")
+
+    def __init__(self, hints: L0Hints, boosts: dict[str, float]) -> None:
+        self.coverage = hints.title_coverage
+        self.titles = {t.lower() for t in hints.matched_titles}
+        self.keywords = {_phrase(k) for k in hints.matched_keywords}
+        self.entities = {_phrase(e) for e in hints.entities}
+        self.domains = {d.lower() for d in hints.domains}
+        self.phrases = _phrases(hints.matched_keywords + hints.entities)
+        self.weights = {b.value: boosts.get(b.value, 0.0) for b in Boost}
+
+    def signals_of(self, c: Candidate) -> tuple[dict[str, float], list[HitReason]]:
+        """The L0 and title-term boosts ``c`` earns, by name, and their hit reasons (in the records' order)."""
         applied: dict[str, float] = {}
         reasons: list[HitReason] = []
-
-        def add(boost: Boost, kind: HitKind, detail: str) -> None:
-            applied[boost.value] = self.boosts.get(boost.value, 0.0)
-            reasons.append(hit_reason(kind, detail))
-
-        if (coverage := hints.title_coverage.get(c.source)) is not None:
-            applied[_TITLE_TERMS] = round(self.boosts.get(_TITLE_TERMS, 0.0) * coverage, 6)
+        weights = self.weights
+        if (coverage := self.coverage.get(c.source)) is not None:
+            applied[_TITLE_TERMS] = round(weights[_TITLE_TERMS] * coverage, 6)
             reasons.append(hit_reason(HitKind.L0_TITLE_TERMS, f"{coverage:.2f}"))
-        if c.title and c.title.lower() in titles:
-            add(Boost.L0_TITLE, HitKind.L0_TITLE, c.title)
-        if keywords and (hit := next((k for k in c.keywords if _phrase(k) in keywords), None)):
-            add(Boost.L0_KEYWORD, HitKind.L0_KEYWORD, hit)
-        if entities and (hit := next((e for e in c.entities if _phrase(e) in entities), None)):
-            add(Boost.L0_ENTITY, HitKind.L0_ENTITY, hit)
-        if c.category and c.category.lower() in domains:
-            add(Boost.L0_CATEGORY, HitKind.L0_CATEGORY, c.category)
-        if hit_phrase := _first_phrase_in(c.breadcrumb or "", signals):
-            add(Boost.BREADCRUMB, HitKind.BREADCRUMB_MATCH, " ".join(hit_phrase))
-        if hit_phrase := _first_phrase_in(c.content, signals):
-            add(Boost.CONTENT, HitKind.CONTENT_MATCH, " ".join(hit_phrase))
+        if c.title and c.title.lower() in self.titles:
+            applied[_L0_TITLE] = weights[_L0_TITLE]
+            reasons.append(hit_reason(HitKind.L0_TITLE, c.title))
+        if self.keywords and (hit := next((k for k in c.keywords if _phrase(k) in self.keywords), None)):
+            applied[_L0_KEYWORD] = weights[_L0_KEYWORD]
+            reasons.append(hit_reason(HitKind.L0_KEYWORD, hit))
+        if self.entities and (hit := next((e for e in c.entities if _phrase(e) in self.entities), None)):
+            applied[_L0_ENTITY] = weights[_L0_ENTITY]
+            reasons.append(hit_reason(HitKind.L0_ENTITY, hit))
+        if c.category and c.category.lower() in self.domains:
+            applied[_L0_CATEGORY] = weights[_L0_CATEGORY]
+            reasons.append(hit_reason(HitKind.L0_CATEGORY, c.category))
+        if hit_phrase := _first_phrase_in(c.breadcrumb or "", self.phrases):
+            applied[_BREADCRUMB] = weights[_BREADCRUMB]
+            reasons.append(hit_reason(HitKind.BREADCRUMB_MATCH, " ".join(hit_phrase)))
+        if hit_phrase := _first_phrase_in(c.content, self.phrases):
+            applied[_CONTENT] = weights[_CONTENT]
+            reasons.append(hit_reason(HitKind.CONTENT_MATCH, " ".join(hit_phrase)))
         return applied, reasons
 
 

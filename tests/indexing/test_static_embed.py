@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -86,3 +87,40 @@ def test_a_word_every_document_shares_stops_deciding_which_title_a_question_is_a
     weighted = model.embed_weighted(list(titles), weights) @ model.embed_weighted([question], weights)[0]
     assert list(titles)[int(np.argmax(plain))] == "Getting started with Prometheus"  # the shared word decides
     assert list(titles)[int(np.argmax(weighted))] == "Comparison to alternatives"
+
+
+def _committed_queries() -> list[str]:
+    """Every query of the repository's golden sets, and each line of the bundled sample knowledge base."""
+    from tests.conftest import REPO, SAMPLE_KB
+
+    queries = [json.loads(line)["query"] for path in sorted((REPO / "golden").glob("*.jsonl")) for line in path.open()]
+    lines = [line for path in sorted(SAMPLE_KB.rglob("*.md")) for line in path.read_text().splitlines()]
+    return queries + lines
+
+
+def test_a_query_tokenised_word_by_word_gets_the_whole_query_s_tokens():
+    model = load_static_embedder()
+    texts = [*_committed_queries(), "KubePodCrashLooping on  node-1 ", "\u2581already marked", "one", "", "a\tb c"]
+    split = 0
+    for text in texts:
+        split += model._piecewise_plan(text) is not None
+        assert model.token_ids(text) == model.tokenizer.encode(text, add_special_tokens=False).ids, text
+    assert split > len(texts) // 2  # the plan is taken, not skipped: most texts went word by word
+    assert np.array_equal(model.embed([texts[0]]), model.embed([texts[0], texts[1]])[:1])
+
+
+def test_where_words_alone_could_tokenise_otherwise_the_whole_query_is_encoded():
+    model = load_static_embedder()
+    assert model._piecewise_plan("etcd has no leader") == ["etcd", "has", "no", "leader"]
+    for text in ("etcd  has no leader", " etcd has", "etcd has ", "etcd \u2581has", "etcd"):
+        assert model._piecewise_plan(text) is None, text
+    # Runs of the word mark are tokens of their own: two spaces do not tokenise as the two words around them.
+    encode = model.tokenizer.encode
+    assert encode("etcd  has", add_special_tokens=False).ids != [
+        *encode("etcd", add_special_tokens=False).ids,
+        *encode("has", add_special_tokens=False).ids,
+    ]
+    merging = Tokenizer.from_str(model.tokenizer.to_str())
+    merging.add_tokens(["d\u2581h"])  # a token across a word mark: words alone would tokenise otherwise
+    assert static_embed._words_tokenise_alone(model.tokenizer)
+    assert not static_embed._words_tokenise_alone(merging)

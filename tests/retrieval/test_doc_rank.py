@@ -10,7 +10,7 @@ import pytest
 from kb_retrieval.indexing.doc_vectors import DocumentVectors
 from kb_retrieval.indexing.static_embed import StaticEmbedder
 from kb_retrieval.models import L0Hints, QueryTransform
-from kb_retrieval.retrieval.doc_rank import DocumentRanker
+from kb_retrieval.retrieval.doc_rank import SIGNALS, DocumentRanker
 from kb_retrieval.retrieval.evidence import build_evidence_blocks
 from kb_retrieval.retrieval.hybrid import LookupQuery
 from kb_retrieval.retrieval.rerank import RuleReranker
@@ -123,6 +123,18 @@ def test_boosts_count_with_their_ranking_weights():
     assert top.candidate.source == "k/a.md" and top.rerank is not None
     assert top.rerank.ranking["lexical"] == pytest.approx(0.6)  # 3.0 x the 0.2 boost
     assert "chunk" not in top.rerank.ranking  # rank_chunk is 0 by default: not recorded
+
+
+def test_every_ranking_weight_names_a_signal_the_ranker_records():
+    # The ranker multiplies the weights of SIGNALS only: a weight of another name would count for nothing.
+    assert tuple(BUILT_IN_PROFILE.ranking_weights()) == SIGNALS
+    q = query([1.0, 0.0, 0.0])
+    nodes = RuleReranker(lexical_weight=0.2).postprocess_nodes(
+        [candidate_node(cand("a1", "k/a.md", 0.5), lexical_score=1.0)], query_bundle=q
+    )
+    ranker = DocumentRanker(weights=dict.fromkeys(SIGNALS, 1.0), vectors=vectors(k_a=(E1, E1, E1)))
+    top = stage_of(ranker.postprocess_nodes(nodes, query_bundle=q)[0]).rerank
+    assert top is not None and {"doc_title", "chunk", "lexical"} <= set(top.ranking) <= set(SIGNALS)
 
 
 def test_ranking_leads_the_evidence_but_never_makes_a_lookup_find():
