@@ -12,6 +12,7 @@ from kb_retrieval.config import KBSettings
 from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing.l0_index import L0Entry
 from kb_retrieval.models import EvidenceStatus
+from kb_retrieval.retrieval.doc_rank import l0_signal
 from kb_retrieval.retrieval.l0_hints import L0HintProvider
 from kb_retrieval.retrieval.l1.base import L1Search
 from tests.support.kb import ALERT
@@ -347,8 +348,7 @@ def test_rerank_trace_records_contributions(sample_lookup):
     weights = sample_lookup.pipeline.postprocessors[2].weights
     assert {k for k in ("doc_title", "doc_summary", "doc_text", "l0") if weights[k]} <= set(top.ranking)
     assert "doc_text" in top.ranking and "l0" in top.ranking
-    l0_boosts = sum(v for k, v in top.boosts.items() if k.startswith("l0_") or k in ("breadcrumb", "content"))
-    assert top.ranking["l0"] == pytest.approx(sample_lookup.settings.scoring.rank_l0 * l0_boosts, abs=1e-5)
+    assert top.ranking["l0"] == pytest.approx(sample_lookup.settings.scoring.rank_l0 * l0_signal(top.boosts), abs=1e-5)
     assert top.final_score == pytest.approx(sum(top.ranking.values()), abs=1e-5)
     assert any(r.startswith("l1_document:title ") for r in result.evidence_blocks[0].hit_reasons)
     # Off, the rule reranker's score ranks them: the best chunk's similarity plus its boosts.

@@ -1,14 +1,17 @@
 """The document ranking tuned honestly: per public golden set, today's weights against the ones each knowledge base
 teaches itself, with the fits on golden sets cross-validated by query and left out by corpus.
 
-For each corpus setting (the runbooks with their six sets; the Prometheus documentation with its two), in one run:
+For each corpus setting (the runbooks with their six sets, alone and mixed with a second corpus; the Prometheus
+documentation with its two), in one run:
 
 - ``configured``: the ``rank_*`` weights as set (``fit_ranking`` off), through the whole lookup;
 - ``kb-fit``: the mixture the knowledge base chose on its own pseudo-queries (:mod:`kb_retrieval.retrieval.rank_fit`;
   no golden case is read to choose it), through the whole lookup;
 - ``golden-cv``: the same three numbers (section weight, identity factor, lexical weight) chosen on the golden sets
-  of every corpus at once, 5 folds by query (each case scored by a choice made without it);
-- ``golden-loco``: chosen on the other corpus's golden sets, scoring the held-out corpus;
+  of every corpus at once, 5 folds by query (each case scored by a choice made without it, in any setting:
+  :func:`fold_of`);
+- ``golden-loco``: chosen on the golden sets of the settings that share no corpus with the held-out one
+  (:func:`sharing_no_corpus`), scoring the held-out setting;
 - ``rrf``: weight-free, reciprocal-rank fusion of the configured document ranking with retrieval's own order (the
   chunk-level hybrid ranking after the rule reranker).
 
@@ -115,13 +118,31 @@ def choose_on_golden(pool: list[tuple[Case, PseudoCase | None]], configured: dic
     return best
 
 
+#: One golden case as replayed: (setting, set, position in the set, the case, its captured candidates).
+Replayed = tuple[str, str, int, Case, PseudoCase | None]
+
+
+def fold_of(position: int) -> int:
+    """The cross-validation fold of the case at ``position`` in its set: the same case falls in the same fold in
+    every setting that runs its set (the runbooks sets run in two), so no choice is made on a copy of the case it
+    scores."""
+    return position % FOLDS
+
+
+def sharing_no_corpus(held_out: Setting, settings: Sequence[Setting]) -> list[str]:
+    """The settings a choice left out by corpus may learn on: those that share no corpus with ``held_out`` (a
+    setting that holds the held-out corpus among others would leak it)."""
+    return [s.name for s in settings if not set(s.corpora) & set(held_out.corpora)]
+
+
 def run(shared: Path, state_root: Path, names: Sequence[str]) -> dict[str, Any]:
-    """Per public set: the configured ranking vs the knowledge base's own fit, and the golden-set fits replayed."""
+    """Per public set and setting: the configured ranking vs the knowledge base's own fit, and the golden-set fits
+    replayed. Rows are keyed ``setting/set`` (a set may run in several settings)."""
     from kb_retrieval.indexing.rank_teach import ranker_signals
 
     settings_by_name = {s.name: s for s in SETTINGS}
     report: dict[str, Any] = {"sets": {}, "fits": {}}
-    captured: dict[str, dict[str, tuple[list[Case], list[PseudoCase | None]]]] = {}
+    pool: list[Replayed] = []
     configured: dict[str, float] = {}
     for name in names:
         setting = settings_by_name[name]
@@ -140,52 +161,41 @@ def run(shared: Path, state_root: Path, names: Sequence[str]) -> dict[str, Any]:
             "open_s": round(time.perf_counter() - started, 1),
         }
         _log(f"[{name}] {report['fits'][name]}")
-        captured[name] = {}
         for set_name in setting.golden_sets:
             cases = read_cases(shared / "golden" / f"{set_name}.jsonl")
-            report["sets"][set_name] = {
+            report["sets"][f"{name}/{set_name}"] = row = {
                 "corpus": name,
+                "set": set_name,
                 "configured": _measure(today, cases),
                 "kb-fit": _measure(taught, cases),
             }
-            captured[name][set_name] = (cases, ranker_signals(today, [c.query for c in cases]))
-            _log(f"[{name}] {set_name}: {report['sets'][set_name]}")
+            caps = ranker_signals(today, [c.query for c in cases])
+            pool += [(name, set_name, i, c, p) for i, (c, p) in enumerate(zip(cases, caps, strict=True))]
+            _log(f"[{name}] {set_name}: {row}")
         today.close()
         taught.close()
     # Fits on the golden sets, replayed on the captured candidates.
-    pool = [
-        (c, p)
-        for by_set in captured.values()
-        for cases, caps in by_set.values()
-        for c, p in zip(cases, caps, strict=True)
-    ]
-    folds: dict[int, Point] = {}
-    for fold in range(FOLDS):
-        folds[fold] = choose_on_golden([x for i, x in enumerate(pool) if i % FOLDS != fold], configured)
+    folds = {
+        fold: choose_on_golden([(c, p) for _, _, i, c, p in pool if fold_of(i) != fold], configured)
+        for fold in range(FOLDS)
+    }
     report["golden_cv_choices"] = [list(folds[f]) for f in range(FOLDS)]
     report["golden_loco_choices"] = {}
-    index = 0
-    for name, by_set in captured.items():
-        others = [
-            (c, p)
-            for n, b in captured.items()
-            if n != name
-            for cases, caps in b.values()
-            for c, p in zip(cases, caps, strict=True)
-        ]
+    for name in names:
+        learn_on = set(sharing_no_corpus(settings_by_name[name], [settings_by_name[n] for n in names]))
+        others = [(c, p) for n, _, _, c, p in pool if n in learn_on]
         loco = choose_on_golden(others, configured) if others else None
         report["golden_loco_choices"][name] = list(loco) if loco else None
-        for set_name, (cases, caps) in by_set.items():
-            cv_ranked: list[PseudoCase | None] = []
-            for cap in caps:
-                point = folds[index % FOLDS]
-                cv_ranked.append(
-                    cap and PseudoCase("", [(s, {}) for s in order(cap.candidates, mixture(configured, *point))])
-                )
-                index += 1
-            row = report["sets"][set_name]
+        loco_weights = mixture(configured, *loco) if loco else None
+        for set_name in settings_by_name[name].golden_sets:
+            rows = [(i, c, p) for n, s, i, c, p in pool if n == name and s == set_name]
+            cases, caps = [c for _, c, _ in rows], [p for _, _, p in rows]
+            cv_ranked = [
+                p and PseudoCase("", [(s, {}) for s in order(p.candidates, mixture(configured, *folds[fold_of(i)]))])
+                for i, _, p in rows
+            ]
+            row = report["sets"][f"{name}/{set_name}"]
             row["golden-cv"] = _replay(cases, cv_ranked, lambda cap: [s for s, _ in cap.candidates])
-            loco_weights = mixture(configured, *loco) if loco else None
             row["golden-loco"] = (
                 _replay(cases, caps, lambda cap, w=loco_weights: order(cap.candidates, w)) if loco_weights else None
             )
@@ -197,10 +207,10 @@ def table(report: dict[str, Any]) -> str:
     """The per-set table: hit@1 / hit@5 / right doc in pack for each system."""
     systems = ("configured", "kb-fit", *REPLAYED)
     lines = [
-        "| set | corpus | " + " | ".join(systems) + " |",
+        "| set | setting | " + " | ".join(systems) + " |",
         "| --- | --- | " + " | ".join("---" for _ in systems) + " |",
     ]
-    for set_name, row in report["sets"].items():
+    for row in report["sets"].values():
         cells = []
         for system in systems:
             m = row.get(system)
@@ -212,7 +222,7 @@ def table(report: dict[str, Any]) -> str:
                 f"{m['hit@1']:.3f} / {m['hit@5']:.3f}"
                 + (f" / {pack:.3f}" if system in ("configured", "kb-fit") and pack is not None else "")
             )
-        lines.append(f"| {set_name} | {row['corpus']} | " + " | ".join(cells) + " |")
+        lines.append(f"| {row['set']} | {row['corpus']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -221,7 +231,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kb_retrieval.bench.tuning", description=__doc__.split("\n\n")[0])
     parser.add_argument("--shared", type=Path, default=SHARED, help="the shared folder (corpora, golden)")
     parser.add_argument("--state-root", type=Path, required=True, help="one state dir per corpus setting under it")
-    parser.add_argument("--settings", default="runbooks,prometheus-docs", help="corpus settings, comma-separated")
+    parser.add_argument(
+        "--settings", default=",".join(s.name for s in SETTINGS), help="corpus settings, comma-separated"
+    )
     parser.add_argument("--json", type=Path, help="write the whole report here too")
     args = parser.parse_args(argv)
     report = run(args.shared, args.state_root, [n for n in args.settings.split(",") if n])

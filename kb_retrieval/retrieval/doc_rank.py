@@ -22,7 +22,8 @@ mostly in their titles. :class:`DocumentRanker` scores each document with one li
 Each knowledge base may change three of these on its own questions (:mod:`kb_retrieval.retrieval.rank_fit`, taught
 when an index version is first opened): the best section's weight, its BM25's weight (``lexical``), and a factor on
 the identity weights (title, summary, both static); the hit reason ends with the mixture and what chose it.
-(``l0`` is the sum of the L0 boosts: title, keyword, entity, category, breadcrumb, content.) Both static
+(``l0`` is the sum of the L0 boosts: title, keyword, entity, category, breadcrumb, content, but the L0 title's
+when ``title_terms`` is there too: :func:`l0_signal`.) Both static
 similarities leave out the direction every document's static vector shares, from 20 documents up
 (``ScoringProfile.static_common_min_documents``; :func:`~kb_retrieval.indexing.doc_vectors.common_direction`).
 The weights were fitted on the public golden sets and rounded, but the weighted title's, set to the title vector's
@@ -84,6 +85,7 @@ L0_BOOSTS = frozenset(
     for b in (Boost.L0_TITLE, Boost.L0_KEYWORD, Boost.L0_ENTITY, Boost.L0_CATEGORY, Boost.BREADCRUMB, Boost.CONTENT)
 )
 _LEXICAL, _TITLE_TERMS = Boost.LEXICAL.value, Boost.TITLE_TERMS.value
+_L0_TITLE = Boost.L0_TITLE.value
 _DOC_FOCUS, _EXACT_MATCH = Boost.DOC_FOCUS.value, Boost.EXACT_MATCH.value
 #: The ranker's signals (the module doc's table), in the order a node's contributions are recorded.
 SIGNALS = (
@@ -219,7 +221,7 @@ class DocumentRanker(BaseNodePostprocessor):
                 "chunk": record.base_score,
                 "lexical": boosts.get(_LEXICAL, 0.0),
                 "title_terms": boosts.get(_TITLE_TERMS, 0.0),
-                "l0": sum(v for k, v in boosts.items() if k in L0_BOOSTS),
+                "l0": l0_signal(boosts),
                 "doc_focus": boosts.get(_DOC_FOCUS, 0.0),
                 "exact_match": boosts.get(_EXACT_MATCH, 0.0),
             }
@@ -244,6 +246,23 @@ def _contributions(weighted: list[tuple[str, float]], signals: dict[str, float])
     """Signal -> weight x value, for the signals of non-zero weight (``weighted``, in :data:`SIGNALS` order) and
     non-zero value: a node's ``RerankRecord.ranking``, which sums to its score."""
     return {k: round(wk * v, 6) for k, wk in weighted if (v := signals[k])}
+
+
+def l0_signal(boosts: dict[str, float]) -> float:
+    """The ``l0`` signal: the sum of the L0 boosts in ``boosts`` (a :class:`RerankRecord`'s), leaving out the L0
+    title's when the ``title_terms`` boost is there too.
+
+    Both reward the query naming the document's title (the L0 title hit, and the title's terms covered one by one):
+    summed, the title counted twice. Without ``title_terms`` the L0 title hit counts as before.
+
+    Example:
+        >>> l0_signal({"l0_title": 0.3, "l0_keyword": 0.1, "title_terms": 0.2})
+        0.1
+        >>> l0_signal({"l0_title": 0.3, "l0_keyword": 0.1})
+        0.4
+    """
+    twice = _L0_TITLE if boosts.get(_TITLE_TERMS) else None
+    return sum(v for k, v in boosts.items() if k in L0_BOOSTS and k != twice)
 
 
 def taught_weights(scoring: ScoringProfile, fit: RankFit | None) -> tuple[dict[str, float], str]:

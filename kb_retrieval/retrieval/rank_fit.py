@@ -53,8 +53,10 @@ IDENTITY_SCALES = (0.0, 0.5, 1.0)
 #: BM25 weights tried beside the configured one (the signal is at most the rule reranker's ``lexical_weight``, 0.2,
 #: so at 16 the best section's BM25 outweighs every vector).
 LEXICAL_WEIGHTS = (1.0, 2.0, 4.0, 8.0, 16.0)
-#: Changes when what a fit holds or how it is chosen changes: a stored fit of another format is taught again.
-FIT_FORMAT = 2
+#: Changes when what a fit holds, how it is chosen or the signals it is chosen on change: a stored fit of another
+#: format is taught again (3: the ``l0`` signal counts the document's title once,
+#: :func:`~kb_retrieval.retrieval.doc_rank.l0_signal`).
+FIT_FORMAT = 3
 #: A choice replaces the configured weights only when its mean gain exceeds this many standard errors.
 NOISE_SE = 2.0
 FOLDS = 5

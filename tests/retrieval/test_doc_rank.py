@@ -10,7 +10,7 @@ import pytest
 from kb_retrieval.indexing.doc_vectors import DocumentVectors
 from kb_retrieval.indexing.static_embed import StaticEmbedder
 from kb_retrieval.models import L0Hints, QueryTransform
-from kb_retrieval.retrieval.doc_rank import SIGNALS, DocumentRanker
+from kb_retrieval.retrieval.doc_rank import SIGNALS, DocumentRanker, l0_signal
 from kb_retrieval.retrieval.evidence import build_evidence_blocks
 from kb_retrieval.retrieval.hybrid import LookupQuery
 from kb_retrieval.retrieval.rerank import RuleReranker
@@ -135,6 +135,16 @@ def test_every_ranking_weight_names_a_signal_the_ranker_records():
     ranker = DocumentRanker(weights=dict.fromkeys(SIGNALS, 1.0), vectors=vectors(k_a=(E1, E1, E1)))
     top = stage_of(ranker.postprocess_nodes(nodes, query_bundle=q)[0]).rerank
     assert top is not None and {"doc_title", "chunk", "lexical"} <= set(top.ranking) <= set(SIGNALS)
+
+
+def test_the_title_counts_once_in_the_l0_signal():
+    # The L0 title hit and the title's terms both say the query names the title: with both, the L0 title's is left
+    # out; alone, it counts, and so does every other L0 boost.
+    others = {"l0_keyword": 0.1, "l0_entity": 0.02, "l0_category": 0.03, "breadcrumb": 0.04, "content": 0.05}
+    assert l0_signal({"l0_title": 0.3, "title_terms": 0.2, **others}) == pytest.approx(0.24)
+    assert l0_signal({"l0_title": 0.3, **others}) == pytest.approx(0.54)
+    assert l0_signal({"l0_title": 0.3, "title_terms": 0.0}) == pytest.approx(0.3)
+    assert l0_signal({"title_terms": 0.2, "lexical": 0.1, "doc_focus": 0.1, "exact_match": 1.0}) == 0.0
 
 
 def test_ranking_leads_the_evidence_but_never_makes_a_lookup_find():

@@ -104,3 +104,13 @@ def test_a_fit_stored_in_an_earlier_format_is_taught_again(tmp_path) -> None:
     del data["format"], data["lexical_weight"]  # as session 19 stored it
     fit_path(tmp_path, "v1").write_text(json.dumps(data), encoding="utf-8")
     assert load_fit(tmp_path, "v1") is None
+
+
+def test_a_fit_chosen_on_the_l0_signal_that_counted_the_title_twice_is_taught_again(tmp_path) -> None:
+    fit = choose([_section_case(i) for i in range(60)], CONFIGURED, index_version="v1", min_queries=50)
+    path = store_fit(tmp_path, fit)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert load_fit(tmp_path, "v1") == fit
+    data["format"] = 2  # as stored before l0_signal
+    path.write_text(json.dumps(data), encoding="utf-8")
+    assert load_fit(tmp_path, "v1") is None
