@@ -39,9 +39,10 @@ def test_metric_flag_path_and_error_names_are_names(token):
 @pytest.mark.parametrize(
     "token",
     ["42", "0.95", "80%", "30s", "1h30m", "v2.45.0", "1.2.3-rc.1", "10.0.0.1:9090", "10.0.0.0/8", "fe80::1",
-     "5f7d9c8b", "0xdeadbeef", "sha256:e3b0c442", "123e4567-e89b-12d3-a456-426614174000"],
+     "5f7d9c8b", "0xdeadbeef", "sha256:e3b0c442", "123e4567-e89b-12d3-a456-426614174000",
+     "https://api.example.com", "registry.example.com/web/frontend:1.43.0", "node-3:9100", "/dev/nvme0n1p1"],
 )  # fmt: skip
-def test_numbers_durations_versions_addresses_and_hashes_are_values(token):
+def test_numbers_durations_versions_addresses_hashes_and_instances_are_values(token):
     assert not is_name(token)
 
 
