@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import unicodedata
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from llama_index.core.schema import NodeWithScore, TextNode
@@ -87,11 +88,15 @@ def assemble_result(
             if selected
             else sum(a.trace.candidate_count for a in attempts),
             final_count=len(blocks),
-            calibration=l1.calibration.as_trace() if l1.calibration else None,
+            calibration=calibration_trace(l1),
         ),
         rerank_trace=rerank_trace(selected),
         relevance_level=relevance(
-            [b for b in blocks if not is_ranking_fill(b)], scoring, l1.calibration, selected.nodes if selected else None
+            [b for b in blocks if not is_ranking_fill(b)],
+            scoring,
+            l1.calibration,
+            selected.nodes if selected else None,
+            l1.unheld_identifiers,
         ),
         completeness_hint=completeness(blocks, pack.summary),
         confidence=lead_confidence(selected, blocks, scoring.close_call_margin),
@@ -99,6 +104,17 @@ def assemble_result(
         near_misses=near_misses(attempts) if status is EvidenceStatus.NO_EVIDENCE else [],
         stage_ms=stage_ms,
     )
+
+
+def calibration_trace(l1: L1Outcome) -> dict[str, Any] | None:
+    """The calibration the lookup used (``retrievalTrace.calibration``), with the query's identifier names no
+    document holds (``unheldIdentifiers``, when any: relevance is then at most ``medium``)."""
+    if l1.calibration is None:
+        return None
+    trace = l1.calibration.as_trace()
+    if l1.unheld_identifiers:
+        trace["unheldIdentifiers"] = list(l1.unheld_identifiers)
+    return trace
 
 
 def rerank_trace(selected: AttemptResult | None) -> RerankTrace:
@@ -155,15 +171,25 @@ def relevance(
     scoring: ScoringProfile,
     calibration: Calibration | None = None,
     nodes: list[NodeWithScore] | None = None,
+    unheld: Sequence[str] = (),
 ) -> RelevanceLevel:
     """How much the evidence can be trusted, by its best similarity against the knowledge base's cut-offs
     (``calibration``'s when given, else the settings').
 
-    ``high`` also needs the first document to hold the best-matching section: when the ranking puts another
-    document first, the first is a judgement call between signals, not a clear match (on the public sets such
-    lookups were right about half as often). Given the lookup's document ``nodes``, the lexical search must agree as
-    well (:func:`~kb_retrieval.retrieval.calibration.lexical_lead`: the first document's best-matching section is
-    the query's best BM25 hit or holds a rare identifier of it; docs/tuning-history.md, session 20).
+    ``high`` needs all of:
+
+    - the best similarity at or above the ``high`` cut-off;
+    - the first document holds the best-matching section: when the ranking puts another document first, the first
+      is a judgement call between signals, not a clear match (on the public sets such lookups were right about half
+      as often; session 19);
+    - given the lookup's document ``nodes``, the lexical search agrees
+      (:func:`~kb_retrieval.retrieval.calibration.lexical_lead`: the first document's best-matching section is the
+      query's best BM25 hit or holds a rare identifier of it; session 20);
+    - every identifier name of the query is held by the knowledge base (``unheld`` empty: the query's names no
+      document holds, ``ExactIdentifierIndex.unheld``): an alert, metric or flag the knowledge base does not hold is
+      a specific thing it does not document, however close a neighbour comes (session 26).
+
+    Otherwise ``medium`` at or above the ``medium`` cut-off, else ``low`` (docs/tuning-history.md).
     """
     if not blocks:
         return "none"
@@ -173,7 +199,12 @@ def relevance(
         else (scoring.relevance_high, scoring.relevance_medium)
     )
     top = max(b.similarity for b in blocks)
-    if top >= high and blocks[0].similarity >= top and (nodes is None or lexical_lead(nodes, blocks[0].source)):
+    if (
+        top >= high
+        and blocks[0].similarity >= top
+        and (nodes is None or lexical_lead(nodes, blocks[0].source))
+        and not unheld
+    ):
         return "high"
     return "medium" if top >= medium else "low"
 

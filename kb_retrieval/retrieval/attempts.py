@@ -46,11 +46,13 @@ class AttemptResult:
 
 @dataclass
 class L1Outcome:
-    """Every attempt of a lookup's L1 search, why it fell back, and its calibration."""
+    """Every attempt of a lookup's L1 search, why it fell back, its calibration, and the identifier names of the
+    query that no document holds (``ExactIdentifierIndex.unheld``: they keep relevance below ``high``)."""
 
     attempts: list[AttemptResult] = field(default_factory=list)
     fallback_reason: FallbackReason | None = None
     calibration: Calibration | None = None
+    unheld_identifiers: list[str] = field(default_factory=list)
 
     @property
     def selected(self) -> AttemptResult | None:
@@ -97,7 +99,10 @@ class AttemptRunner:
         collection holds (0: unknown); an unfiltered search that answers no candidates then is a failed search
         (a server still loading after a restart, a released collection), not an empty knowledge base."""
         category = query.category_filter
-        outcome = L1Outcome(calibration=self.calibration)
+        exact = self.hybrid.exact
+        outcome = L1Outcome(
+            calibration=self.calibration, unheld_identifiers=exact.unheld(query.query_str) if exact else []
+        )
         # One RetrievalStart/End pair for the lookup's retrieval, whatever the attempts (none inside a retriever,
         # whose BaseRetriever.retrieve sends its own).
         # The nodes leave the lookup only through the end event: their stage data is written as JSON (once, for

@@ -15,7 +15,9 @@ template headings such as "Mitigation" are not a topic), searched against every 
   signal must agree too (:func:`lexical_lead`): the first document's best-matching section is the query's best BM25
   hit or holds a rare identifier of the query. A sibling document that shares the query's vocabulary but not its
   distinctive words (an alert without a runbook found in its sibling's, a neighbouring page) reaches a high
-  similarity; the lexical search then puts another section first (session 20).
+  similarity; the lexical search then puts another section first (session 20). And every identifier name the query
+  holds (a metric, flag or alert; not a value: ``exact.is_name``) is held by some document: a name no document holds
+  is a specific thing the knowledge base does not document (session 26; ``result.relevance`` checks them all).
 
 Too few topical sections (or no vectors in memory, the milvus plan) keep the configured constants, and the result's
 trace says which thresholds were used and why (``retrievalTrace.calibration``). The measurement is deterministic (the
@@ -211,7 +213,8 @@ def calibrate(measured: Background | None, settings: KBSettings, off_reason: str
         reason=(
             f"{measured.reason}: found from max(evidence_threshold, background q{round(FOUND_QUANTILE * 100)}), "
             f"high from max(relevance_high, background q{round(HIGH_QUANTILE * 100)}) with the ranking, the best "
-            "section and the best lexical hit on the first document"
+            "section and the best lexical hit on the first document, and every identifier name of the query held "
+            "by the knowledge base"
         ),
         evidence_threshold=round(evidence, 4),
         relevance_high=round(max(scoring.relevance_high, measured.at(HIGH_QUANTILE)), 4),

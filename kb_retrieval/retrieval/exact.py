@@ -43,6 +43,21 @@ _CAMEL = re.compile(r"[a-z][A-Z]")
 _DOTTED = re.compile(r"[A-Za-z]\.[A-Za-z]")
 _CAPS = re.compile(r"^[A-Z]{5,}$")  # error codes (ENOTFOUND, EACCES), not acronyms (RAID, TSDB)
 _INSTANCE = re.compile(r"\d.*-|-.*\d")  # a digit and a hyphen: a host, pod or replica name
+# Values, not names: a number, a duration, a version, an IP address (v4 or v6, with a port or prefix), a hash, an
+# instance's address.
+_VALUE = re.compile(
+    r"[+-]?\d+(?:[.,]\d+)*%?"  # 42, 0.95, 1,000, 80%
+    r"|(?:\d+(?:\.\d+)?(?:ns|us|µs|ms|s|m|h|d|w|y))+"  # 30s, 1h30m, 1.5h
+    r"|v?\d+(?:\.\d+)+(?:[-+.][\w.]*)?"  # v2.45.0, 1.2.3-rc.1
+    r"|\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?(?:/\d+)?"  # 10.0.0.1:9090, 10.0.0.0/8
+    r"|[0-9a-f]*:[0-9a-f:]*:[0-9a-f:]*"  # fe80::1
+    r"|0x[0-9a-f]+|(?:sha\d+:)?(?=[0-9a-f]*\d)[0-9a-f]{7,}"  # 0xdeadbeef, 5f7d9c8, sha256:e3b0c442
+    r"|[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}"  # a UUID
+    # Instances, not kinds: a URL, anything with a port or tag (host:9100, image:1.43.0), a path to a numbered
+    # thing (a device, a partition, an API version: /dev/nvme0n1p1, /api/v1).
+    r"|\w+://.*|.*:\d[\w.]*|.*/[^/]*\d",
+    re.IGNORECASE,
+)
 
 
 def tokens(text: str) -> list[str]:
@@ -68,6 +83,20 @@ def is_identifier(token: str) -> bool:
         or _DOTTED.search(core)
         or _CAPS.match(core)
     )
+
+
+@lru_cache(maxsize=16384)
+def is_name(token: str) -> bool:
+    """Whether ``token`` is a name (a metric, a flag, an alert, a path) rather than a value: a number, a duration, a
+    version, an IP address, a hash-like string, a URL, an address with a port or tag or a path to a numbered device
+    is a value, which a knowledge base is not expected to hold.
+
+    Example:
+        >>> [t for t in ("kube_pod_info", "--web.enable-lifecycle", "30s", "v2.45.0", "10.0.0.1") if is_name(t)]
+        ['kube_pod_info', '--web.enable-lifecycle']
+    """
+    core = token.lstrip("-/")
+    return any(c.isalpha() for c in core) and not _VALUE.fullmatch(core)
 
 
 def query_identifiers(query: str) -> list[str]:
@@ -199,6 +228,17 @@ class ExactIdentifierIndex:
 
     def document_frequency(self, token: str) -> int:
         return len(self.holders(token) or ())
+
+    def unheld(self, query: str) -> list[str]:
+        """The query's identifier names (:func:`query_identifiers` that are :func:`is_name`) no document holds, even
+        inside a longer token, in query order: the knowledge base does not have the specific thing the query names.
+
+        Example:
+            >>> index = ExactIdentifierIndex.build([("c1", "a.md", "kube_pod_info_total")])
+            >>> index.unheld("kube_pod_info or node_load15?")
+            ['node_load15']
+        """
+        return [t for t in query_identifiers(query) if is_name(t) and self.holders(t, limit=0) == {}]
 
     def match(self, query: str, max_df: int = 2) -> list[ExactHit]:
         """The query's identifiers found verbatim in 1..``max_df`` documents, rarest first."""

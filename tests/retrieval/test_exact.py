@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kb_retrieval.retrieval.evidence import build_evidence_blocks, is_ranking_fill
-from kb_retrieval.retrieval.exact import ExactIdentifierIndex, is_identifier, query_identifiers
+from kb_retrieval.retrieval.exact import ExactIdentifierIndex, is_identifier, is_name, query_identifiers
 from kb_retrieval.retrieval.rerank import RuleReranker
 from kb_retrieval.retrieval.stage import candidate_node
 from tests.support.candidates import cand
@@ -25,6 +25,37 @@ def test_identifiers_are_recognised(token):
 )
 def test_words_numbers_and_instance_names_are_not_identifiers(token):
     assert not is_identifier(token)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "token", ["kube_pod_status_ready", "--web.enable-lifecycle", "ENOTFOUND", "/api/v1/query", "k8s.io", "job:rate5m"]
+)
+def test_metric_flag_path_and_error_names_are_names(token):
+    assert is_name(token)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "token",
+    ["42", "0.95", "80%", "30s", "1h30m", "v2.45.0", "1.2.3-rc.1", "10.0.0.1:9090", "10.0.0.0/8", "fe80::1",
+     "5f7d9c8b", "0xdeadbeef", "sha256:e3b0c442", "123e4567-e89b-12d3-a456-426614174000",
+     "https://api.example.com", "registry.example.com/web/frontend:1.43.0", "node-3:9100", "/dev/nvme0n1p1"],
+)  # fmt: skip
+def test_numbers_durations_versions_addresses_hashes_and_instances_are_values(token):
+    assert not is_name(token)
+
+
+@pytest.mark.unit
+def test_unheld_are_the_query_names_no_document_holds_in_query_order():
+    index = ExactIdentifierIndex.build(
+        [("a1", "a.md", "alert on kube_pod_info_total and ENOTFOUND"), ("b1", "b.md", "flag --web.enable-lifecycle")]
+    )
+    query = "node_load15 high, kube_pod_info and --web.enable-lifecycle ok, ECONNRESET from 10.0.0.1, sha256:e3b0c442"
+    # held inside a longer token counts as held; values (an address, a hash) are never asked of the index
+    assert index.unheld(query) == ["node_load15", "ECONNRESET"]
+    assert index.unheld("kube_pod_info_total and enotfound") == []
+    assert index.unheld("why is the pod slow") == []
 
 
 def test_query_identifiers_keep_order_and_drop_sentence_punctuation():
@@ -74,6 +105,17 @@ def test_a_unique_error_string_finds_its_document_on_the_sample_kb(sample_lookup
     top = result.evidence_blocks[0]
     assert top.source == "network/dns-resolution-troubleshooting.md"
     assert "exact_match:ENOTFOUND" in top.hit_reasons
+
+
+def test_on_the_sample_kb_a_name_it_does_not_hold_keeps_relevance_below_high(sample_lookup):
+    held = sample_lookup.lookup("pods keep restarting with CrashLoopBackOff")
+    assert held.relevance_level == "high"
+    assert "unheldIdentifiers" not in held.retrieval_trace.calibration
+    # the same question naming a metric no runbook of the sample KB holds: the KB lacks that specific thing
+    unheld = sample_lookup.lookup("pods keep restarting with CrashLoopBackOff, kube_pod_restart_budget_left is 0")
+    assert unheld.found and unheld.evidence_blocks[0].source == held.evidence_blocks[0].source
+    assert unheld.relevance_level == "medium"
+    assert unheld.retrieval_trace.calibration["unheldIdentifiers"] == ["kube_pod_restart_budget_left"]
 
 
 def test_a_unique_metric_name_finds_its_runbook_in_the_runbooks_corpus(runbooks_lookup):
