@@ -148,9 +148,9 @@ def run_serve_throughput(
     runbooks: Path, state_root: Path, queries: list[str], embed_model: Any, *, workers: int | None = None
 ) -> dict[str, Any]:
     """``kb-retrieval serve`` under 1, 4 and 16 concurrent clients with one worker process and with ``workers`` (one
-    per core by default, at least 2): requests/s, p50 and p99 per level (:func:`~kb_retrieval.bench.serve.
-    served_throughput`), on the default settings over the runbooks (ingested into ``state_root/runbooks``, unchanged
-    when the speed part already did)."""
+    per core by default, at least 2): requests/s, p50 and p99 per level and the CPU split per request
+    (:func:`~kb_retrieval.bench.serve.served_throughput`; load from ``wrk`` when it is on ``PATH``), on the default
+    settings over the runbooks (ingested into ``state_root/runbooks``, unchanged when the speed part already did)."""
     import os
 
     from kb_retrieval.bench.serve import served_throughput
@@ -164,6 +164,11 @@ def run_serve_throughput(
     figures = served_throughput(
         settings.storage.state_dir, queries, state_root, workers=(1, most), clients=SERVE_CLIENTS, log=_log
     )
+    if figures["generator"] != "wrk":
+        _log(
+            "[serve] wrk is not on PATH: the load came from Python threads in this process, about 6x wrk's CPU a "
+            "request, taken from the cores the workers share (Debian: apt-get install wrk)"
+        )
     figures.pop("runs")  # each round's figures are in the log; the report keeps the best round per level
     figures["queries"] = len(queries)
     figures["cores"] = os.cpu_count()

@@ -2,6 +2,9 @@
 warm latency of a lookup through it beside the same lookups in process (what the HTTP hop costs); and its throughput
 and latency under concurrent clients for one and several worker processes (:func:`served_throughput`).
 
+The load comes from :mod:`kb_retrieval.bench.load` (``wrk`` when it is on ``PATH``, else Python threads); each run
+records the server's and the generator's CPU a request beside the requests/s.
+
 Throughput on its own (a state dir with a collection; the queries one per line, or a golden JSONL set)::
 
     python -m kb_retrieval.bench.serve --state .kb-state --queries ../shared/golden/runbooks-alerts-dev.jsonl \
@@ -18,7 +21,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -26,9 +28,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from kb_retrieval.bench.load import load, pick_generator, post_json, process_tree_cpu_s, wrk_load
 from kb_retrieval.bench.milvus_server import pick_free_ports
 from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.milvus import release_lite
+
+__all__ = ["ServeProcess", "post_json", "served_latency", "served_throughput"]
 
 
 class ServeProcess:
@@ -107,19 +112,6 @@ class ServeProcess:
         self.stop()
 
 
-def post_json(url: str, payload: dict[str, Any], token: str = "", timeout_s: float = 60.0) -> tuple[int, Any]:
-    """POST ``payload`` as JSON; the status and the decoded body (a 4xx/5xx's too)."""
-    headers = {"content-type": "application/json"}
-    if token:
-        headers["authorization"] = f"Bearer {token}"
-    request = urllib.request.Request(url, data=json.dumps(payload).encode(), headers=headers, method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"null")
-
-
 def served_latency(settings: KBSettings, queries: Sequence[str], work_dir: Path, rounds: int = 3) -> dict[str, Any]:
     """Warm lookup p50/p95 in process and through ``kb-retrieval serve`` (``POST /v1/lookup`` from this process),
     on the same state dir and queries; the difference of the p50s is the HTTP hop (JSON both ways included).
@@ -164,53 +156,6 @@ def served_latency(settings: KBSettings, queries: Sequence[str], work_dir: Path,
     }
 
 
-def load(url: str, queries: Sequence[str], clients: int, requests: int, timeout_s: float = 60.0) -> dict[str, Any]:
-    """``requests`` lookups (``POST /v1/lookup``, the queries in turn) from ``clients`` threads at once, each request
-    on a connection of its own (as Alertmanager and the CLI send them): requests/s over the wall time, latency
-    p50/p99 in ms, and the requests that did not get a 200."""
-    from kb_retrieval.bench.speed import percentile
-
-    latencies: list[float] = []
-    errors: list[str] = []
-    lock = threading.Lock()
-    counter = iter(range(requests))
-
-    def client() -> None:
-        while True:
-            with lock:
-                n = next(counter, None)
-            if n is None:
-                return
-            t0 = time.perf_counter()
-            try:
-                status, body = post_json(url + "/v1/lookup", {"query": queries[n % len(queries)]}, timeout_s=timeout_s)
-            except Exception as exc:  # a refused or reset connection is an error of the run, not of the bench
-                status, body = 0, f"{type(exc).__name__}: {exc}"
-            elapsed = (time.perf_counter() - t0) * 1000
-            with lock:
-                if status == 200:
-                    latencies.append(elapsed)
-                else:
-                    errors.append(f"{status}: {str(body)[:200]}")
-
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    wall = time.perf_counter() - started
-    return {
-        "clients": clients,
-        "requests": requests,
-        "rps": round(len(latencies) / wall, 2),
-        "p50_ms": round(percentile(latencies, 50), 1) if latencies else None,
-        "p99_ms": round(percentile(latencies, 99), 1) if latencies else None,
-        "errors": len(errors),
-        "first_error": errors[0] if errors else None,
-    }
-
-
 def served_throughput(
     state_dir: Path,
     queries: Sequence[str],
@@ -220,14 +165,23 @@ def served_throughput(
     clients: Sequence[int] = (1, 4, 16),
     rounds: int = 2,
     requests: int = 160,
+    seconds: float = 4.0,
+    generator: str = "auto",
     args: Sequence[str] = (),
     log: Any = None,
 ) -> dict[str, Any]:
     """Requests/s, p50 and p99 through ``kb-retrieval serve --workers W`` for each W and client count, the sides
     alternating: each round starts one server per worker count in turn (one process holds a Lite data dir at a
-    time), warms it (every query once) and runs each client count. Per (W, clients) the round with the most
-    requests/s is kept (the machine is shared: the best round is the least disturbed one), with every round's
-    figures beside it; ``scaling``: requests/s of the most workers over one worker, per client count."""
+    time), warms it (every query once per worker) and runs each client count: ``seconds`` of ``wrk``, or
+    ``requests`` lookups from Python threads (``generator``: ``auto`` takes wrk when it is on ``PATH``). Per
+    (W, clients) the round with the most requests/s is kept (the machine is shared: the best round is the least
+    disturbed one), with every round's figures beside it; ``scaling``: requests/s of the most workers over one
+    worker, per client count.
+
+    Each run also says where the CPU went, per request answered: ``server_cpu_ms`` (the serve process and its
+    workers), ``generator_cpu_ms``, and ``cores_busy`` (both over the run's wall time); on 2 cores the generator's
+    share is what a second worker cannot have."""
+    chosen = pick_generator(generator)
     runs: dict[str, list[dict[str, Any]]] = {}
     quiet = {"KB_SERVER_ACCESS_LOG": "false"}
     for round_number in range(rounds):
@@ -235,14 +189,21 @@ def served_throughput(
             server_args = [*args, "--workers", str(count)]
             log_path = work_dir / f"serve-throughput-w{count}.log"
             with ServeProcess(state_dir, log_path, env=quiet, args=server_args) as server:
-                for query in queries:
-                    post_json(server.url + "/v1/lookup", {"query": query})
+                assert server.proc is not None
+                for _ in range(count):  # a worker's first lookups warm its caches: each worker gets some
+                    for query in queries:
+                        post_json(server.url + "/v1/lookup", {"query": query})
                 for n in clients:
-                    figures = load(server.url, queries, n, requests)
+                    before = process_tree_cpu_s(server.proc.pid)
+                    if chosen == "wrk":
+                        figures = wrk_load(server.url, queries, n, seconds, work_dir)
+                    else:
+                        figures = load(server.url, queries, n, requests)
+                    figures.update(_cpu_split(before, process_tree_cpu_s(server.proc.pid), figures))
                     figures["round"] = round_number
                     runs.setdefault(f"{count}x{n}", []).append(figures)
                     if log is not None:
-                        log(f"[serve] workers {count}, clients {n}, round {round_number}: {figures}")
+                        log(f"[serve] workers {count}, clients {n}, round {round_number} ({chosen}): {figures}")
     best = {key: max(found, key=lambda f: f["rps"]) for key, found in runs.items()}
     most = max(workers)
     scaling = {
@@ -253,12 +214,25 @@ def served_throughput(
     return {
         "workers": list(workers),
         "clients": list(clients),
-        "requests_per_run": requests,
+        "generator": chosen,
+        "requests_per_run": requests if chosen == "python" else None,
+        "seconds_per_run": seconds if chosen == "wrk" else None,
         "rounds": rounds,
         "best": best,
         "runs": runs,
         f"scaling_{most}_over_1": scaling,
         "errors": sum(f["errors"] for found in runs.values() for f in found),
+    }
+
+
+def _cpu_split(before: dict[int, float], after: dict[int, float], figures: dict[str, Any]) -> dict[str, Any]:
+    """The server's and the generator's CPU per request answered (ms), and the cores both kept busy."""
+    server_s = sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
+    answered = max(1, round(figures["rps"] * figures["seconds"]))
+    return {
+        "server_cpu_ms": round(server_s / answered * 1000, 2),
+        "generator_cpu_ms": round(figures["generator_cpu_s"] / answered * 1000, 2),
+        "cores_busy": round((server_s + figures["generator_cpu_s"]) / figures["seconds"], 2),
     }
 
 
@@ -277,7 +251,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", default="1,2", help="worker counts, comma-separated (default 1,2)")
     parser.add_argument("--clients", default="1,4,16", help="concurrent clients, comma-separated (default 1,4,16)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds, the worker counts alternating (default 2)")
-    parser.add_argument("--requests", type=int, default=160, help="requests per (workers, clients) run")
+    parser.add_argument("--requests", type=int, default=160, help="requests per run (the python generator)")
+    parser.add_argument("--seconds", type=float, default=4.0, help="seconds per run (wrk; default 4)")
+    parser.add_argument(
+        "--generator",
+        choices=("auto", "wrk", "python"),
+        default="auto",
+        help="the load generator: wrk (Debian's wrk), python (threads of this process), auto: wrk when on PATH",
+    )
     parser.add_argument("--limit", type=int, default=60, help="queries used (default the first 60)")
     parser.add_argument("--out", type=Path, help="write the figures here as JSON")
     ns = parser.parse_args(argv)
@@ -289,6 +270,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         clients=[int(c) for c in ns.clients.split(",")],
         rounds=ns.rounds,
         requests=ns.requests,
+        seconds=ns.seconds,
+        generator=ns.generator,
         log=lambda line: print(line, file=sys.stderr, flush=True),
     )
     text = json.dumps({k: v for k, v in figures.items() if k != "runs"}, indent=2)

@@ -115,7 +115,8 @@ def profile_lines(report: dict[str, Any]) -> list[str]:
 
 
 def serve_throughput_markdown(figures: dict[str, Any]) -> str:
-    """The serve part in one paragraph: per worker count, requests/s, p50 and p99 at each concurrency level."""
+    """The serve part in one paragraph: per worker count, requests/s, p50 and p99 at each concurrency level; the
+    load generator, and where the CPU went at the most clients (a report from before either says nothing of it)."""
     most = max(figures["workers"])
     levels = "; ".join(
         f"{count} worker{'s' if count > 1 else ''}: "
@@ -127,11 +128,24 @@ def serve_throughput_markdown(figures: dict[str, Any]) -> str:
         for count in figures["workers"]
     )
     scaling = figures.get(f"scaling_{most}_over_1") or {}
+    per_level = (
+        f"{figures['seconds_per_run']:g} s of wrk per level"
+        if figures.get("generator") == "wrk"
+        else f"{figures['requests_per_run']} lookups per level from Python threads"
+    )
+    top = max(figures["clients"])
+    split = "; ".join(
+        f"{count} worker{'s' if count > 1 else ''}: server {best['server_cpu_ms']} ms, generator "
+        f"{best['generator_cpu_ms']} ms ({best['cores_busy']} cores busy)"
+        for count in figures["workers"]
+        if "server_cpu_ms" in (best := figures["best"].get(f"{count}x{top}") or {})
+    )
     return (
-        f"Through `kb-retrieval serve --workers W` ({figures['requests_per_run']} lookups per level, the best of "
+        f"Through `kb-retrieval serve --workers W` ({per_level}, one connection a request, the best of "
         f"{figures['rounds']} rounds, worker counts alternating): {levels}. {most} workers over 1: "
         + ", ".join(f"{scaling[str(n)]}x at {n} clients" for n in figures["clients"] if str(n) in scaling)
         + f"; {figures['errors']} errors."
+        + (f" CPU a request at {top} clients: {split}." if split else "")
     )
 
 

@@ -307,6 +307,20 @@ def test_serve_figures_are_in_the_summary_per_level():
     assert "1 worker: 1 client 10.0 req/s p50 100.0 / p99 150.0 ms" in text
     assert "2 workers: 1 client 20.0 req/s p50 100.0 / p99 250.0 ms, 4 clients 20.0 req/s" in text
     assert "2 workers over 1: 1.0x at 1 clients, 1.5x at 4 clients, 1.8x at 16 clients; 0 errors." in text
+    assert "160 lookups per level from Python threads" in text and "CPU a request" not in text  # an older report
+
+
+def test_serve_summary_names_wrk_and_the_cpu_split_at_the_most_clients():
+    figures = _serving(1.8, 250.0)
+    figures.update(generator="wrk", seconds_per_run=4.0, requests_per_run=None)
+    for key, best in figures["best"].items():
+        best.update(server_cpu_ms=9.0 if key.startswith("2x") else 11.0, generator_cpu_ms=0.1, cores_busy=1.5)
+    text = summary_markdown({"speed": {"serve_throughput": figures}})
+    assert "(4 s of wrk per level, one connection a request," in text
+    assert (
+        "CPU a request at 16 clients: 1 worker: server 11.0 ms, generator 0.1 ms (1.5 cores busy); 2 workers: "
+        "server 9.0 ms, generator 0.1 ms (1.5 cores busy)." in text
+    )
 
 
 def test_ingest_against_the_stock_torch_embedding_is_judged_and_summarised():
