@@ -21,6 +21,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from kb_retrieval.indexing.milvus import count_rows
+from kb_retrieval.models import LookupResult
 from kb_retrieval.output import result_json
 from kb_retrieval.result import agent_text
 from kb_retrieval.retrieval.query_check import EmptyQueryError, normalize_query
@@ -96,12 +97,16 @@ async def lookup_route(
     text, or with ``view=terminal`` (``full``, ``width``) what ``kb-retrieval lookup`` prints for a person."""
     request.scope["state"]["access"]["query"] = body.query
     runner.check_length(body.query)
-    result = await runner.lookup(body.query, body.overrides(), filters=body.filters)
-    if request.headers.get("accept", "").startswith("text/plain"):
-        if view == "terminal":
+    as_text = request.headers.get("accept", "").startswith("text/plain")
+
+    def render(result: LookupResult) -> Response:  # on the lookup's thread, not the event loop
+        if as_text and view == "terminal":
             return PlainTextResponse(lookup_text(result, lookup.settings.scoring, full=full, width=width))
-        return PlainTextResponse(agent_text(result))
-    return Response(result_json(result.to_json_dict()), media_type="application/json")
+        if as_text:
+            return PlainTextResponse(agent_text(result))
+        return Response(result_json(result.to_json_dict()), media_type="application/json")
+
+    return await runner.lookup_rendered(render, body.query, body.overrides(), filters=body.filters)
 
 
 @router.post("/v1/alertmanager", response_model=AlertmanagerResponse, responses=ERRORS)

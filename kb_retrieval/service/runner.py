@@ -141,6 +141,23 @@ class LookupRunner:
             return await self._on_pool(self._lookup, *args)
         return await self.call(self._lookup, *args)
 
+    async def lookup_rendered(
+        self,
+        render: Callable[[LookupResult], T],
+        query: str,
+        overrides: dict[str, Any] | None = None,
+        *,
+        filters: MetadataFilters | None = None,
+    ) -> T:
+        """:meth:`lookup`, then ``render(result)`` on the same pool thread: a response body (the result's JSON is
+        ~1 ms of CPU under the GIL) is built there, not on the event loop, which meanwhile reads and answers the
+        other requests. Raises what :meth:`lookup` raises, and what ``render`` raises."""
+        args = (query, overrides or {}, filters, time.monotonic())
+        return await self.call(self._lookup_rendered, render, *args)
+
+    def _lookup_rendered(self, render: Callable[[LookupResult], T], *args: Any) -> T:
+        return render(self._lookup(*args))
+
     def _lookup(
         self, query: str, overrides: dict[str, Any], filters: MetadataFilters | None, arrived: float
     ) -> LookupResult:
