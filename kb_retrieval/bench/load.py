@@ -129,16 +129,19 @@ end
 
 
 def wrk_load(
-    url: str, queries: Sequence[str], clients: int, seconds: float, work_dir: Path, timeout_s: float = 60.0
+    url: str, queries: Sequence[str], clients: int, seconds: int, work_dir: Path, timeout_s: float = 60.0
 ) -> dict[str, Any]:
-    """What :func:`load` measures, sent by ``wrk`` (one thread, ``clients`` connections, for ``seconds``): each
+    """What :func:`load` measures, sent by ``wrk`` (one thread, ``clients`` connections, for ``seconds``, whole
+    seconds: wrk takes no fraction): each
     request on a connection of its own, the queries in turn. ``generator_cpu_s``: wrk's own CPU time (from
     ``wait4``). A request that got no 200, or no answer, is an error."""
+    if seconds < 1 or seconds != int(seconds):
+        raise ValueError(f"wrk runs for whole seconds, at least 1: not {seconds!r}")
     bodies = work_dir / "wrk-bodies.jsonl"
     bodies.write_text("".join(json.dumps({"query": q}) + "\n" for q in queries), encoding="utf-8")
     script = work_dir / "wrk-lookup.lua"
     script.write_text(WRK_SCRIPT, encoding="utf-8")
-    command = ["wrk", "-t1", f"-c{clients}", f"-d{seconds:g}s", "--timeout", f"{timeout_s:g}s", "-s", str(script)]
+    command = ["wrk", "-t1", f"-c{clients}", f"-d{int(seconds)}s", "--timeout", f"{timeout_s:g}s", "-s", str(script)]
     proc = subprocess.Popen(
         [*command, url],
         stdout=subprocess.PIPE,

@@ -165,7 +165,7 @@ def served_throughput(
     clients: Sequence[int] = (1, 4, 16),
     rounds: int = 2,
     requests: int = 160,
-    seconds: float = 4.0,
+    seconds: int = 4,
     generator: str = "auto",
     args: Sequence[str] = (),
     log: Any = None,
@@ -252,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--clients", default="1,4,16", help="concurrent clients, comma-separated (default 1,4,16)")
     parser.add_argument("--rounds", type=int, default=2, help="rounds, the worker counts alternating (default 2)")
     parser.add_argument("--requests", type=int, default=160, help="requests per run (the python generator)")
-    parser.add_argument("--seconds", type=float, default=4.0, help="seconds per run (wrk; default 4)")
+    parser.add_argument("--seconds", type=int, default=4, help="whole seconds per run (wrk; default 4)")
     parser.add_argument(
         "--generator",
         choices=("auto", "wrk", "python"),

@@ -25,7 +25,7 @@ def _server_cpu(served) -> float:
 @pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed (Debian: apt-get install wrk)")
 def test_wrk_sends_lookups_and_counts_its_own_cpu(served, tmp_path: Path) -> None:
     before = _server_cpu(served)
-    figures = wrk_load(served.url, QUERIES, 2, 2.0, tmp_path)
+    figures = wrk_load(served.url, QUERIES, 2, 2, tmp_path)
     assert set(figures) == FIGURES
     assert figures["errors"] == 0 and figures["first_error"] is None, figures
     assert figures["requests"] > 0 and figures["rps"] > 0 and 0 < figures["p50_ms"] <= figures["p99_ms"]
@@ -35,9 +35,15 @@ def test_wrk_sends_lookups_and_counts_its_own_cpu(served, tmp_path: Path) -> Non
 
 @pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed (Debian: apt-get install wrk)")
 def test_wrk_counts_what_the_server_refuses_as_errors(served, tmp_path: Path) -> None:
-    figures = wrk_load(served.url, ["   "], 1, 1.0, tmp_path)  # an empty query: 422 every time
+    figures = wrk_load(served.url, ["   "], 1, 1, tmp_path)  # an empty query: 422 every time
     assert figures["requests"] > 0 and figures["errors"] == figures["requests"] and figures["rps"] == 0
     assert figures["p50_ms"] is None and "status" in figures["first_error"]
+
+
+def test_wrk_runs_whole_seconds(tmp_path: Path) -> None:
+    for seconds in (0, 0.5, 2.5):
+        with pytest.raises(ValueError, match="whole seconds"):
+            wrk_load("http://127.0.0.1:9", QUERIES, 1, seconds, tmp_path)  # type: ignore[arg-type]
 
 
 def test_python_threads_send_lookups_and_count_their_cpu(served) -> None:
@@ -59,7 +65,7 @@ def test_a_generator_is_chosen_by_what_is_installed(monkeypatch: pytest.MonkeyPa
 
 def test_the_throughput_bench_records_the_generator_and_the_cpu_split(state_copy, tmp_path: Path) -> None:
     figures = served_throughput(
-        state_copy("load-generators"), QUERIES, tmp_path, workers=(1,), clients=(2,), rounds=1, requests=6, seconds=1.0
+        state_copy("load-generators"), QUERIES, tmp_path, workers=(1,), clients=(2,), rounds=1, requests=6, seconds=1
     )
     best = figures["best"]["1x2"]
     assert figures["generator"] == pick_generator() and figures["errors"] == 0
