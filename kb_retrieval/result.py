@@ -181,7 +181,9 @@ def relevance(
     - the best similarity at or above the ``high`` cut-off;
     - the first document holds the best-matching section: when the ranking puts another document first, the first
       is a judgement call between signals, not a clear match (on the public sets such lookups were right about half
-      as often; session 19);
+      as often; session 19). Given the lookup's document ``nodes``, the best section of all of them, not only of the
+      evidence blocks: a document the ranking left below the blocks (``max_evidence_blocks``) that matches the
+      question better disagrees as much as one among them (session 27);
     - given the lookup's document ``nodes``, the lexical search agrees
       (:func:`~kb_retrieval.retrieval.calibration.lexical_lead`: the first document's best-matching section is the
       query's best BM25 hit or holds a rare identifier of it; session 20);
@@ -201,12 +203,23 @@ def relevance(
     top = max(b.similarity for b in blocks)
     if (
         top >= high
-        and blocks[0].similarity >= top
+        and blocks[0].similarity >= max(top, best_similarity(nodes or []))
         and (nodes is None or lexical_lead(nodes, blocks[0].source))
         and not unheld
     ):
         return "high"
     return "medium" if top >= medium else "low"
+
+
+def best_similarity(nodes: Sequence[NodeWithScore]) -> float:
+    """The best-matching section's similarity among the lookup's document ``nodes``, rounded as an evidence block's
+    is (0.0 without nodes).
+
+    Example:
+        >>> best_similarity([])
+        0.0
+    """
+    return max((round(stage_of(n).candidate.similarity, 6) for n in nodes), default=0.0)
 
 
 def lead_confidence(selected: AttemptResult | None, blocks: list[EvidenceBlock], margin: float) -> str:

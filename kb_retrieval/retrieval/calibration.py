@@ -9,8 +9,9 @@ template headings such as "Mitigation" are not a topic), searched against every 
 
 - ``found``: the evidence threshold is the configured one, or the background's 20th percentile when that is higher
   (a lookup whose best evidence does not beat what a fifth of out-of-document questions reach finds nothing).
-- relevance ``high``: the ranking's first document is also the best-matching section's document (the ranking and the
-  similarity agree), and its similarity reaches the configured cut-off or the background's 55th percentile when
+- relevance ``high``: the ranking's first document is also the best-matching section's document, among every
+  candidate document of the lookup, not only those in the evidence blocks (the ranking and the similarity agree;
+  session 27), and its similarity reaches the configured cut-off or the background's 55th percentile when
   higher. (Both quantiles chosen on every public corpus at once: docs/tuning-history.md, session 19.) The lexical
   signal must agree too (:func:`lexical_lead`): the first document's best-matching section is the query's best BM25
   hit or holds a rare identifier of the query. A sibling document that shares the query's vocabulary but not its
