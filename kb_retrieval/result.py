@@ -30,7 +30,7 @@ from kb_retrieval.models import (
     RetrievalTrace,
 )
 from kb_retrieval.retrieval.attempts import AttemptResult, L1Outcome
-from kb_retrieval.retrieval.calibration import Calibration, lexical_lead
+from kb_retrieval.retrieval.calibration import Calibration, best_similarity, lexical_lead
 from kb_retrieval.retrieval.context_pack import block_header
 from kb_retrieval.retrieval.evidence import evidence_score, is_ranking_fill
 from kb_retrieval.retrieval.stage import stage_of
@@ -181,9 +181,8 @@ def relevance(
     - the best similarity at or above the ``high`` cut-off;
     - the first document holds the best-matching section: when the ranking puts another document first, the first
       is a judgement call between signals, not a clear match (on the public sets such lookups were right about half
-      as often; session 19). Given the lookup's document ``nodes``, the best section of all of them, not only of the
-      evidence blocks: a document the ranking left below the blocks (``max_evidence_blocks``) that matches the
-      question better disagrees as much as one among them (session 27);
+      as often; session 19). Given the lookup's document ``nodes``, of all of them: one the ranking left below the
+      blocks (``max_evidence_blocks``) disagrees as much (session 27);
     - given the lookup's document ``nodes``, the lexical search agrees
       (:func:`~kb_retrieval.retrieval.calibration.lexical_lead`: the first document's best-matching section is the
       query's best BM25 hit or holds a rare identifier of it; session 20);
@@ -209,17 +208,6 @@ def relevance(
     ):
         return "high"
     return "medium" if top >= medium else "low"
-
-
-def best_similarity(nodes: Sequence[NodeWithScore]) -> float:
-    """The best-matching section's similarity among the lookup's document ``nodes``, rounded as an evidence block's
-    is (0.0 without nodes).
-
-    Example:
-        >>> best_similarity([])
-        0.0
-    """
-    return max((round(stage_of(n).candidate.similarity, 6) for n in nodes), default=0.0)
 
 
 def lead_confidence(selected: AttemptResult | None, blocks: list[EvidenceBlock], margin: float) -> str:

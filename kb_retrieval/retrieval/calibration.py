@@ -123,6 +123,17 @@ def lexical_lead(nodes: Sequence[NodeWithScore], source: str) -> bool:
     return first is not None and (bool(first.exact_terms) or (first.lexical_score or 0.0) >= BEST_LEXICAL)
 
 
+def best_similarity(nodes: Sequence[NodeWithScore]) -> float:
+    """The best-matching section's similarity among the lookup's document ``nodes`` (every candidate document, not
+    only those that became evidence blocks), rounded as an evidence block's is; 0.0 without nodes.
+
+    Example:
+        >>> best_similarity([])
+        0.0
+    """
+    return max((round(stage_of(n).candidate.similarity, 6) for n in nodes), default=0.0)
+
+
 def topical_sections(rows: Sequence[dict[str, Any]], settings: KBSettings) -> list[tuple[int, str]]:
     """(row, pseudo-query) of the first chunk of each section whose heading no other document has, in a
     deterministic order (a hash of the chunk id), at most :data:`MAX_SAMPLES`."""
