@@ -30,7 +30,7 @@ from kb_retrieval.models import (
     RetrievalTrace,
 )
 from kb_retrieval.retrieval.attempts import AttemptResult, L1Outcome
-from kb_retrieval.retrieval.calibration import Calibration, lexical_lead
+from kb_retrieval.retrieval.calibration import Calibration, best_similarity, lexical_lead
 from kb_retrieval.retrieval.context_pack import block_header
 from kb_retrieval.retrieval.evidence import evidence_score, is_ranking_fill
 from kb_retrieval.retrieval.stage import stage_of
@@ -181,7 +181,8 @@ def relevance(
     - the best similarity at or above the ``high`` cut-off;
     - the first document holds the best-matching section: when the ranking puts another document first, the first
       is a judgement call between signals, not a clear match (on the public sets such lookups were right about half
-      as often; session 19);
+      as often; session 19). Given the lookup's document ``nodes``, of all of them: one the ranking left below the
+      blocks (``max_evidence_blocks``) disagrees as much (session 27);
     - given the lookup's document ``nodes``, the lexical search agrees
       (:func:`~kb_retrieval.retrieval.calibration.lexical_lead`: the first document's best-matching section is the
       query's best BM25 hit or holds a rare identifier of it; session 20);
@@ -201,7 +202,7 @@ def relevance(
     top = max(b.similarity for b in blocks)
     if (
         top >= high
-        and blocks[0].similarity >= top
+        and blocks[0].similarity >= max(top, best_similarity(nodes or []))
         and (nodes is None or lexical_lead(nodes, blocks[0].source))
         and not unheld
     ):

@@ -9,8 +9,9 @@ template headings such as "Mitigation" are not a topic), searched against every 
 
 - ``found``: the evidence threshold is the configured one, or the background's 20th percentile when that is higher
   (a lookup whose best evidence does not beat what a fifth of out-of-document questions reach finds nothing).
-- relevance ``high``: the ranking's first document is also the best-matching section's document (the ranking and the
-  similarity agree), and its similarity reaches the configured cut-off or the background's 55th percentile when
+- relevance ``high``: the ranking's first document is also the best-matching section's document, among every
+  candidate document of the lookup, not only those in the evidence blocks (the ranking and the similarity agree;
+  session 27), and its similarity reaches the configured cut-off or the background's 55th percentile when
   higher. (Both quantiles chosen on every public corpus at once: docs/tuning-history.md, session 19.) The lexical
   signal must agree too (:func:`lexical_lead`): the first document's best-matching section is the query's best BM25
   hit or holds a rare identifier of the query. A sibling document that shares the query's vocabulary but not its
@@ -120,6 +121,17 @@ def lexical_lead(nodes: Sequence[NodeWithScore], source: str) -> bool:
         return True
     first = next((s for s in stages if s.candidate.source == source), None)
     return first is not None and (bool(first.exact_terms) or (first.lexical_score or 0.0) >= BEST_LEXICAL)
+
+
+def best_similarity(nodes: Sequence[NodeWithScore]) -> float:
+    """The best-matching section's similarity among the lookup's document ``nodes`` (every candidate document, not
+    only those that became evidence blocks), rounded as an evidence block's is; 0.0 without nodes.
+
+    Example:
+        >>> best_similarity([])
+        0.0
+    """
+    return max((round(stage_of(n).candidate.similarity, 6) for n in nodes), default=0.0)
 
 
 def topical_sections(rows: Sequence[dict[str, Any]], settings: KBSettings) -> list[tuple[int, str]]:

@@ -100,7 +100,7 @@ def test_relevance_high_needs_the_first_document_to_hold_the_best_section():
     assert relevance([], scoring, calibration) == "none"
 
 
-def _chunk(source: str, lexical: float | None, exact: tuple[str, ...] = ()):
+def _chunk(source: str, lexical: float | None, exact: tuple[str, ...] = (), similarity: float = 0.5):
     from kb_retrieval.retrieval.stage import candidate_node
 
     candidate = Candidate(
@@ -110,7 +110,7 @@ def _chunk(source: str, lexical: float | None, exact: tuple[str, ...] = ()):
         score=0.5,
         score_label="cosine_similarity",
         path="memory",
-        similarity=0.5,
+        similarity=similarity,
     )
     return candidate_node(candidate, lexical_score=lexical, exact_terms=list(exact))
 
@@ -134,6 +134,19 @@ def test_relevance_high_needs_the_lexical_search_to_agree():
     assert relevance(blocks, scoring, calibration, [_chunk("a.md", 1.0), _chunk("b.md", 0.5)]) == "high"
     assert relevance(blocks, scoring, calibration, [_chunk("a.md", 0.8), _chunk("b.md", 1.0)]) == "medium"
     assert relevance(blocks, scoring, calibration, None) == "high"  # no nodes given: similarity and ranking only
+
+
+@pytest.mark.unit
+def test_relevance_high_needs_the_best_section_of_every_candidate_document():
+    # the ranking left c.md below the evidence blocks (max_evidence_blocks), but its section matches the question
+    # best: the ranking and the similarity disagree as much as if it were among the blocks
+    calibration = Calibration("measured", "test", 0.5, 0.65, 0.5)
+    blocks = [_block("a.md", 0.7), _block("b.md", 0.6)]
+    scoring = SETTINGS.scoring
+    nodes = [_chunk("a.md", 1.0, similarity=0.7), _chunk("b.md", 0.5, similarity=0.6)]
+    assert relevance(blocks, scoring, calibration, nodes) == "high"
+    assert relevance(blocks, scoring, calibration, [*nodes, _chunk("c.md", 0.4, similarity=0.75)]) == "medium"
+    assert relevance(blocks, scoring, calibration, [*nodes, _chunk("c.md", 0.4, similarity=0.7)]) == "high"  # a tie
 
 
 #: A sample-KB alert whose best section is in the expected runbook, while its pod name is the best BM25 hit of
