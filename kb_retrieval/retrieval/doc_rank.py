@@ -232,7 +232,7 @@ class DocumentRanker(BaseNodePostprocessor):
             if with_static_title:
                 detail += f" weighted title {static_title:.3f}"
             detail += weights_note
-            record.hit_reasons.append(HitReason.model_construct(kind=HitKind.L1_DOCUMENT, detail=detail))  # as made
+            record.hit_reasons.append(HitReason(kind=HitKind.L1_DOCUMENT, detail=detail))
             node.score = round(sum(record.ranking.values()), 6)
             write_stage(node, stage)
         return sorted(nodes, key=rank_key)
