@@ -242,7 +242,7 @@ def write_doc_vectors(
         means = _chunk_means(client, settings, [doc for doc, _, _ in batch])
         # A document without chunk rows (none should be) gets its summary vector in their place.
         vectors.append(np.stack([means.get(doc.source_id, vectors[1][j]) for j, (doc, _, _) in enumerate(batch)]))
-        vectors.append(load_static_embedder().embed([summary for _, summary in texts]))
+        vectors.append(load_static_embedder(settings.resolved_model_cache_dir()).embed([s for _, s in texts]))
         rows = [
             {
                 "source": doc.source_id,
@@ -363,7 +363,7 @@ class DocumentVectors:
         return cls(
             vectors,
             static=static,
-            static_model=load_static_embedder() if static else None,
+            static_model=load_static_embedder(settings.resolved_model_cache_dir()) if static else None,
             titles=titles,
             terms=terms,
             common_min_documents=settings.scoring.static_common_min_documents,

@@ -16,7 +16,8 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
+from llama_index.core.instrumentation import get_dispatcher
 
 from kb_retrieval.knowledge.chunker import WordPieceLimit
 
@@ -157,6 +158,39 @@ def embed_passages(
 
 def embed_query(model: BaseEmbedding, query: str) -> list[float]:
     """Embed one query, normalised. Serialised unless the model declares itself thread-safe."""
+    embed = _query_embedder(model)
     with contextlib.nullcontext() if getattr(model, "thread_safe", False) else _lock:
-        vector = model.get_query_embedding(query)
+        vector = embed(query)
     return [float(x) for x in normalise([vector])[0]]
+
+
+#: Where core's ``BaseEmbedding.get_query_embedding`` sends its span and events.
+_EMBEDDING_DISPATCHER = get_dispatcher(BaseEmbedding.__module__)
+
+
+def _query_embedder(model: BaseEmbedding) -> Callable[[str], Embedding]:
+    """``model.get_query_embedding``, or the model's own ``_get_query_embedding`` when core's method would only
+    wrap that call: no handler hears its span and events (:func:`~kb_retrieval.retrieval.events.listening`), the
+    model's callback manager has none, it has no embeddings cache or rate limiter, and its class keeps core's
+    ``get_query_embedding``. The same vector either way; the wrapper alone cost ~0.15 ms of the interpreter per
+    query (a span binding ``inspect.signature``, a ``uuid4`` per span and event, the model's fields as a payload).
+    Read on every call, not cached: a handler attached later is heard from the next query on."""
+    from kb_retrieval.retrieval.events import listening
+
+    manager = getattr(model, "callback_manager", None)
+    if (
+        _defined_by(type(model), "get_query_embedding") is BaseEmbedding
+        and manager is not None
+        and not manager.handlers
+        and getattr(model, "embeddings_cache", None) is None
+        and getattr(model, "rate_limiter", None) is None
+        and not listening(_EMBEDDING_DISPATCHER)
+    ):
+        return model._get_query_embedding
+    return model.get_query_embedding
+
+
+def _defined_by(kind: type, name: str) -> type | None:
+    """The class of ``kind``'s MRO that defines ``name`` (core's span wrapper makes a new object at every read of a
+    decorated method, so methods are compared by where they are defined)."""
+    return next((c for c in kind.__mro__ if name in c.__dict__), None)

@@ -24,6 +24,8 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import importlib.util
 import math
 from collections import Counter
@@ -35,6 +37,7 @@ import numpy as np
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
+from kb_retrieval.atomic import atomic_write
 from kb_retrieval.knowledge.text import words
 
 #: Names the static model in row hashes and traces; a change rewrites every document's vectors.
@@ -48,6 +51,8 @@ _TENSOR = "embedding.weight"
 _WORD_CACHE_LIMIT = 200_000
 #: The SentencePiece word mark: the tokenizer's normaliser turns every space (and the text's start) into it.
 _MARK = "\u2581"
+#: Part of the name of the note keeping :func:`_words_tokenise_alone`'s answer: bump it when the check changes.
+_WORDS_ALONE_CHECK = 1
 
 
 class StaticModelMissingError(RuntimeError):
@@ -57,12 +62,14 @@ class StaticModelMissingError(RuntimeError):
 class StaticEmbedder:
     """Normalised mean of a text's token vectors (special tokens left out; a text without tokens is a zero row)."""
 
-    def __init__(self, table: np.ndarray, tokenizer: Tokenizer) -> None:
+    def __init__(self, table: np.ndarray, tokenizer: Tokenizer, *, words_alone: bool | None = None) -> None:
+        """``words_alone``: :func:`_words_tokenise_alone`'s answer for ``tokenizer`` when already known (a note in
+        the model cache folder, :func:`load_static_embedder`); None: checked here."""
         self.table = np.ascontiguousarray(table, dtype=np.float32)
         self.tokenizer = tokenizer
         self.tokenizer.no_padding()
         self.tokenizer.no_truncation()
-        self._piecewise = _words_tokenise_alone(self.tokenizer)
+        self._piecewise = _words_tokenise_alone(self.tokenizer) if words_alone is None else words_alone
         self._piece_ids: dict[str, list[int]] = {}
 
     @property
@@ -150,6 +157,30 @@ def _words_tokenise_alone(tokenizer: Tokenizer) -> bool:
     return whole == [i for word in probe for i in tokenizer.encode(word, add_special_tokens=False).ids]
 
 
+def words_tokenise_alone(tokenizer: Tokenizer, tokenizer_file: Path, cache_dir: Path | None) -> bool:
+    """:func:`_words_tokenise_alone` of ``tokenizer`` (read from ``tokenizer_file``), kept in ``cache_dir``.
+
+    The check reads the whole vocabulary (32k tokens, ~35 ms), which every process that loads the static model paid
+    (a CLI lookup at every start); its answer depends only on the tokenizer file, so it is kept in a note named by
+    the file's SHA-256 (~2 ms to hash): another vocabulary, normaliser or merge list is another note, checked anew.
+    A note that cannot be read or written is only a cache (the check runs); ``cache_dir`` None: always checked.
+    """
+    if cache_dir is None:
+        return _words_tokenise_alone(tokenizer)
+    digest = hashlib.sha256(tokenizer_file.read_bytes()).hexdigest()[:16]
+    note = cache_dir / f"static-words-alone-c{_WORDS_ALONE_CHECK}-{digest}.txt"
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        if (said := note.read_text(encoding="ascii").strip()) in ("true", "false"):
+            return said == "true"
+    answer = _words_tokenise_alone(tokenizer)
+    with contextlib.suppress(OSError):
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        # 0644 as the ONNX exports beside it: a shared cache folder's other users read it too.
+        with atomic_write(note, encoding="ascii", file_mode=0o644) as handle:
+            handle.write("true" if answer else "false")
+    return answer
+
+
 class TermWeights:
     """How rare each word is in a knowledge base: ``log((N + 1) / (df + 0.5))`` for a word in ``df`` of its ``N``
     documents (a word it never uses weighs most; none weighs 0 or less).
@@ -185,8 +216,13 @@ def static_model_files() -> tuple[Path, Path]:
     )
 
 
-@lru_cache(maxsize=1)
-def load_static_embedder() -> StaticEmbedder:
-    """The static model, loaded once per process (~16 MB of float16 table read into float32)."""
-    weights, tokenizer = static_model_files()
-    return StaticEmbedder(load_file(str(weights))[_TENSOR], Tokenizer.from_file(str(tokenizer)))
+@lru_cache(maxsize=4)
+def load_static_embedder(cache_dir: Path | None = None) -> StaticEmbedder:
+    """The static model, loaded once per process and ``cache_dir`` (~16 MB of float16 table read into float32).
+
+    ``cache_dir``: the model cache folder (``KBSettings.resolved_model_cache_dir()``), where the tokenizer check's
+    answer is kept (:func:`words_tokenise_alone`); None: checked at every load."""
+    weights, tokenizer_file = static_model_files()
+    tokenizer = Tokenizer.from_file(str(tokenizer_file))
+    words_alone = words_tokenise_alone(tokenizer, tokenizer_file, cache_dir)
+    return StaticEmbedder(load_file(str(weights))[_TENSOR], tokenizer, words_alone=words_alone)

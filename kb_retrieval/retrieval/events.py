@@ -137,10 +137,10 @@ def reranking(
 ) -> Iterator[Any]:
     """A ``CBEventType.RERANKING`` event for callback-manager users; ``on_end`` it with the reranked nodes. None
     when the manager has no handler (the event would reach nobody): ``on_end`` is then a no-op."""
-    manager = callback_manager or CallbackManager([])
-    if not manager.handlers:
+    if callback_manager is None or not callback_manager.handlers:  # not an empty manager made to ask it (a uuid4)
         yield _NO_EVENT
         return
+    manager = callback_manager
     payload: dict[str, Any] = {
         EventPayload.NODES: nodes,
         EventPayload.MODEL_NAME: model_name,

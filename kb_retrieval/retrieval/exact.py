@@ -138,6 +138,15 @@ class ExactHit:
     chunk_ids: tuple[str, ...]  # the chunks holding it
 
 
+@dataclass(frozen=True)
+class IdentifierScan:
+    """A query's identifiers against the index (:meth:`ExactIdentifierIndex.identifiers`): those held by 1..max_df
+    documents (rarest first), and the names no document holds (query order)."""
+
+    hits: list[ExactHit]
+    unheld: list[str]
+
+
 class ExactIdentifierIndex:
     """Lower-cased verbatim tokens -> chunks and documents holding them. Read-only after ``build``.
 
@@ -238,18 +247,36 @@ class ExactIdentifierIndex:
             >>> index.unheld("kube_pod_info or node_load15?")
             ['node_load15']
         """
-        return [t for t in query_identifiers(query) if is_name(t) and self.holders(t, limit=0) == {}]
+        return self.identifiers(query, 0).unheld
 
     def match(self, query: str, max_df: int = 2) -> list[ExactHit]:
         """The query's identifiers found verbatim in 1..``max_df`` documents, rarest first."""
+        return self.identifiers(query, max_df).hits
+
+    def identifiers(self, query: str, max_df: int) -> IdentifierScan:
+        """:meth:`match` and :meth:`unheld` of ``query`` at once, each identifier's holders looked up once: a lookup
+        asks both (the hits for its candidates, the unheld names for its trace).
+
+        ``holders(token, limit=max_df)`` is ``{}`` exactly when no document holds the token (past the limit it is
+        ``None``, not empty), so one lookup per identifier answers both questions.
+
+        Example:
+            >>> index = ExactIdentifierIndex.build([("c1", "a.md", "kube_pod_info_total")])
+            >>> scan = index.identifiers("kube_pod_info or node_load15?", 2)
+            >>> [h.token for h in scan.hits], scan.unheld
+            (['kube_pod_info'], ['node_load15'])
+        """
         hits = []
+        unheld = []
         for token in query_identifiers(query):
-            by_source = self.holders(token, limit=max_df)
+            by_source = self.holders(token, limit=max(max_df, 0))
             if by_source:
                 sources = tuple(sorted(by_source))
                 chunks = tuple(sorted(c for s in sources for c in by_source[s]))
                 hits.append(ExactHit(token, sources, chunks))
-        return sorted(hits, key=lambda h: (len(h.sources), h.token))
+            elif by_source == {} and is_name(token):
+                unheld.append(token)
+        return IdentifierScan(sorted(hits, key=lambda h: (len(h.sources), h.token)), unheld)
 
     def match_rare_terms(self, query: str, named: Mapping[str, frozenset[str]], max_df: int = 1) -> list[ExactHit]:
         """The query's rare terms (see the module doc): words held whole by 1..``max_df`` documents, each naming it

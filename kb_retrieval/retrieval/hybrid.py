@@ -53,7 +53,7 @@ from kb_retrieval.indexing.milvus import full_text_off
 from kb_retrieval.models import LexicalMode, QueryTransform
 from kb_retrieval.retrieval.bm25 import LexicalIndex
 from kb_retrieval.retrieval.deadline import Deadline
-from kb_retrieval.retrieval.exact import ExactIdentifierIndex
+from kb_retrieval.retrieval.exact import ExactIdentifierIndex, IdentifierScan
 from kb_retrieval.retrieval.l1.base import supports_hybrid
 from kb_retrieval.retrieval.l1.plans import HybridSearch, L1Plan, PlanQuery, build_plans
 from kb_retrieval.retrieval.l1.retriever import KeptChunks, L1Retriever
@@ -144,14 +144,17 @@ class HybridRetriever(BaseRetriever):
         deadline: Deadline | None = None,
         stage_ms: dict[str, float] | None = None,
         scope: str | None = None,
+        identifiers: IdentifierScan | None = None,
     ) -> HybridSearch:
         """Raises when the dense search fails (the attempt fails); a failed lexical scoring only loses those.
 
         ``scope`` (a Milvus expression, :mod:`kb_retrieval.retrieval.scope`) is on every Milvus request; the
-        exact-identifier and in-process BM25 hits join only through a request under it."""
+        exact-identifier and in-process BM25 hits join only through a request under it. ``identifiers``: this
+        retriever's :meth:`identifiers` of ``query_text`` when the caller has them (a lookup asks them once for
+        all its attempts), else looked up here."""
         clock = StageClock(stage_ms)
         with clock("query_terms"):
-            exact_terms, exact_df = self._exact(query_text)
+            exact_terms, exact_df = self._exact(query_text, identifiers)
         query = PlanQuery(
             embedding=embedding,
             text=query_text,
@@ -164,7 +167,16 @@ class HybridRetriever(BaseRetriever):
         )
         return self.plan_for(scope).search(query)
 
-    def _exact(self, query_text: str) -> tuple[dict[str, list[str]], dict[str, int]]:
+    def identifiers(self, query_text: str) -> IdentifierScan | None:
+        """The query's identifiers against the exact-identifier index (None without one): those held by 1 to
+        ``exact_match_max_df`` documents, and the names none holds (``ExactIdentifierIndex.identifiers``)."""
+        if self.exact is None:
+            return None
+        return self.exact.identifiers(query_text, self.settings.scoring.exact_match_max_df)
+
+    def _exact(
+        self, query_text: str, identifiers: IdentifierScan | None = None
+    ) -> tuple[dict[str, list[str]], dict[str, int]]:
         """Chunk id -> the rare query identifiers and rare terms it holds verbatim, and -> the document frequency of
         its rarest."""
         terms: dict[str, list[str]] = {}
@@ -172,7 +184,8 @@ class HybridRetriever(BaseRetriever):
         scoring = self.settings.scoring
         if self.exact is None:
             return terms, df
-        hits = self.exact.match(query_text, scoring.exact_match_max_df) if scoring.exact_match_max_df > 0 else []
+        scan = identifiers or self.identifiers(query_text)
+        hits = list(scan.hits) if scan is not None and scoring.exact_match_max_df > 0 else []
         if self.named_terms and scoring.rare_term_max_df > 0:
             hits += self.exact.match_rare_terms(query_text, self.named_terms, scoring.rare_term_max_df)
         for hit in hits:

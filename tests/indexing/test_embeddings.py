@@ -167,3 +167,45 @@ def test_default_ingest_writes_the_torch_model_vectors(tmp_path: Path, sample_se
         assert found.keys() == expected.keys() and found
         worst = min(cosines(found[k], expected[k]).min() for k in expected)
         assert worst >= 1 - 1e-4, f"{collection}: worst cosine {worst:.6f}"
+
+
+@pytest.mark.unit
+def test_a_query_skips_core_s_wrapper_only_when_nothing_would_hear_it() -> None:
+    """``embed_query`` calls the model's own ``_get_query_embedding`` when core's ``get_query_embedding`` would only
+    wrap it; with a span or event handler, a callback handler or an embeddings cache, core's method runs (and its
+    span and events are sent). The vector is the same either way."""
+    from llama_index.core.callbacks import CallbackManager, LlamaDebugHandler
+    from llama_index.core.instrumentation import get_dispatcher
+    from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+    from llama_index.core.instrumentation.events.embedding import EmbeddingStartEvent
+    from llama_index.core.instrumentation.span_handlers import SimpleSpanHandler
+
+    from kb_retrieval.indexing.embeddings import _query_embedder, embed_query
+
+    class Heard(BaseEventHandler):
+        events: list[str] = Field(default_factory=list)
+
+        def handle(self, event: object, **kwargs: object) -> None:
+            self.events.append(type(event).__name__)
+
+    model = Recording()
+    quiet = embed_query(model, "etcd has no leader")
+    assert _query_embedder(model) == model._get_query_embedding
+    root = get_dispatcher()
+    heard, spans = Heard(), SimpleSpanHandler()
+    root.add_event_handler(heard)
+    root.add_span_handler(spans)
+    try:
+        assert _query_embedder(model) == model.get_query_embedding
+        assert embed_query(model, "etcd has no leader") == quiet
+    finally:
+        root.event_handlers.remove(heard)
+        root.span_handlers.remove(spans)
+    assert heard.events.count(EmbeddingStartEvent.class_name()) == 1
+    assert any("get_query_embedding" in span.id_ for span in spans.completed_spans)
+    debug = LlamaDebugHandler()
+    with_callbacks = Recording(callback_manager=CallbackManager([debug]))
+    assert _query_embedder(with_callbacks) == with_callbacks.get_query_embedding
+    assert embed_query(with_callbacks, "etcd has no leader") == quiet
+    assert len(debug.get_event_pairs()) == 1
+    assert _query_embedder(model) == model._get_query_embedding  # the handlers gone, quiet again

@@ -58,6 +58,34 @@ def test_unheld_are_the_query_names_no_document_holds_in_query_order():
     assert index.unheld("why is the pod slow") == []
 
 
+@pytest.mark.unit
+def test_identifiers_answer_match_and_unheld_with_one_lookup_each():
+    """One holders lookup per identifier gives what the two questions asked separately give: the hits held by
+    1..max_df documents, and the names held by none (a token past the limit is held, not unheld)."""
+    index = ExactIdentifierIndex.build(
+        [
+            ("a1", "a.md", "alert on kube_pod_info_total and ENOTFOUND"),
+            ("b1", "b.md", "flag --web.enable-lifecycle and kube_pod_info"),
+            ("c1", "c.md", "kube_pod_info again"),
+        ]
+    )
+    queries = [
+        "node_load15 high, kube_pod_info and --web.enable-lifecycle ok, ECONNRESET from 10.0.0.1",
+        "ENOTFOUND kube_pod_info_total node_load15 sha256:e3b0c442",
+        "why is the pod slow",
+    ]
+    for query in queries:
+        for max_df in (0, 1, 2, 3):
+            scan = index.identifiers(query, max_df)
+            asked = query_identifiers(query)
+            unheld = [t for t in asked if is_name(t) and index.holders(t, limit=0) == {}]
+            hits = [t for t in asked if index.holders(t, limit=max_df)]
+            assert scan.unheld == unheld == index.unheld(query), (query, max_df)
+            assert sorted(h.token for h in scan.hits) == sorted(hits), (query, max_df)
+    assert index.identifiers(queries[0], 1).unheld == ["node_load15", "ECONNRESET"]
+    assert [h.token for h in index.identifiers(queries[0], 1).hits] == ["--web.enable-lifecycle"]
+
+
 def test_query_identifiers_keep_order_and_drop_sentence_punctuation():
     query = "sts/kafka: observedGeneration 12 vs metadata.generation 14. getaddrinfo ENOTFOUND redis-0."
     assert query_identifiers(query) == ["observedGeneration", "metadata.generation", "ENOTFOUND"]

@@ -184,3 +184,20 @@ def test_the_mirror_sees_another_processs_ingest(lite_server, tmp_path, embed_mo
     assert result.retrieval_trace.attempts[-1].path == "memory"
     assert any(r.startswith("lexical_bm25") for r in result.evidence_blocks[0].hit_reasons)
     lookup.close()
+
+
+def test_with_settings_sizes_reach_the_memory_plans_fused_search(sample_lookup, embed_model):
+    """``with_settings(top_k=...)`` (and ``lexical_top_k``) changes what the mirror's fused search returns, as it
+    changes Milvus' hybrid search: one mirror serves every settings variant, each with its own sizes."""
+    memory, milvus = _both_plans(sample_lookup, embed_model)
+    assert memory.plan == "memory"
+    query = "redis memory usage is high and keys are evicted"
+    counts = {}
+    for top_k, lexical_top_k in ((1, 1), (3, 2), (40, 40)):
+        narrow_memory = memory.with_settings(top_k=top_k, lexical_top_k=lexical_top_k)
+        narrow_milvus = milvus.with_settings(top_k=top_k, lexical_top_k=lexical_top_k)
+        assert _answer(narrow_memory, query) == _answer(narrow_milvus, query), top_k
+        (attempt,) = narrow_memory.lookup(query).retrieval_trace.attempts
+        assert attempt.path == "memory"
+        counts[top_k] = attempt.candidate_count
+    assert counts[1] < counts[3] < counts[40], counts

@@ -17,7 +17,7 @@ a term's rarity per segment); on a collection of one segment the scores are Lite
 
 Example:
     >>> mirror = MemoryMirror.load(client, settings)  # doctest: +SKIP
-    >>> hits = mirror.hybrid_search(embedding, "redi memori", None, ids=None)  # doctest: +SKIP
+    >>> hits = mirror.hybrid_search(embedding, "redi memori", None, None, top_k=20, lexical_top_k=20)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -187,20 +187,30 @@ class MemoryMirror:
         return L1Search(candidates=one_version_per_source(candidates), path="memory")
 
     def hybrid_search(
-        self, embedding: list[float], terms: str, category: str | None, ids: list[str] | None
+        self,
+        embedding: list[float],
+        terms: str,
+        category: str | None,
+        ids: list[str] | None,
+        *,
+        top_k: int,
+        lexical_top_k: int,
     ) -> L1Search:
         """Dense ``top_k``, BM25 ``lexical_top_k`` over ``terms`` and the ``ids`` chunks, all under the category
-        filter: every hit with its dense score, BM25 hits first (best first), as the Milvus hybrid search."""
+        filter: every hit with its dense score, BM25 hits first (best first), as the Milvus hybrid search.
+
+        The sizes are the caller's (its settings'), not those of the settings the mirror was loaded with: one mirror
+        serves every settings variant of a lookup (``with_settings(top_k=50)``)."""
         s = self.settings
         query = np.asarray(embedding, dtype=np.float32)
         scope = self._scope(category, None)
         order: dict[int, None] = {}
         bm25: dict[int, float] = {}
-        if terms and s.retrieval.lexical_top_k > 0 and self.bm25 is not None:
-            rows, values = self.bm25.top(terms, s.retrieval.lexical_top_k, None if scope is None else self._mask(scope))
+        if terms and lexical_top_k > 0 and self.bm25 is not None:
+            rows, values = self.bm25.top(terms, lexical_top_k, None if scope is None else self._mask(scope))
             bm25 = dict(zip(rows.tolist(), values.tolist(), strict=True))
             order = dict.fromkeys(bm25)
-        dense_rows = self._top_dense(query, scope, s.retrieval.top_k)
+        dense_rows = self._top_dense(query, scope, top_k)
         order.update(dict.fromkeys(int(r) for r in dense_rows))
         if ids:
             restricted = self._scope(category, ids)

@@ -242,13 +242,14 @@ class L1Retriever(BaseRetriever):
         """Dense (``top_k``) and BM25 (``lexical_top_k``) in one Milvus call, both under the category filter, and
         ``ids`` (the exact-identifier candidates) by a dense request restricted to them in the same call; the path must
         support it (:func:`~kb_retrieval.retrieval.l1.base.supports_hybrid`)."""
-        if (memory := self.mirror_for(scope)) is not None:
-            return memory.hybrid_search(embedding, terms, category, ids)
+        top_k, lexical_top_k = self.settings.retrieval.top_k, self.settings.retrieval.lexical_top_k
+        if (memory := self.mirror_for(scope)) is not None:  # this retriever's sizes, not the mirror's loader's
+            return memory.hybrid_search(embedding, terms, category, ids, top_k=top_k, lexical_top_k=lexical_top_k)
         request = HybridRequest(
             embedding,
             terms,
-            self.settings.retrieval.top_k,
-            self.settings.retrieval.lexical_top_k,
+            top_k,
+            lexical_top_k,
             self.filter_expr(category, scope=scope),
             ids_filter=self.filter_expr(category, ids, scope) if ids else None,
             ids_count=len(ids or []),
