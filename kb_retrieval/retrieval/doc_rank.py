@@ -30,8 +30,8 @@ The weights were fitted on the public golden sets and rounded, but the weighted 
 (see ``ScoringProfile``).
 The contributions are recorded on the node (``RerankRecord.ranking``, summing to its score) and the document
 similarities as an ``l1_document`` hit reason.
-From the third place on, the order alternates with the documents' content similarity (``doc_text`` alone:
-:func:`interleave_by_content`, ``RetrievalSettings.content_interleave``): the first two documents are the linear
+From the fourth place on, the order alternates with the documents' content similarity (``doc_text`` alone:
+:func:`interleave_by_content`, ``RetrievalSettings.content_interleave``): the first three documents are the linear
 model's, and the evidence blocks after them also hold the documents whose whole content is nearest the question,
 where one fitted signal (BM25 on documentation) would push them past the blocks. Scores stay the model's; a node
 that moved says so in an ``l1_document`` hit reason.
@@ -119,7 +119,7 @@ class DocumentRanker(BaseNodePostprocessor):
     )
     content_interleave: bool = Field(
         default=True,
-        description="From the third place on, alternate the ranking's order with the documents' content similarity "
+        description="From the fourth place on, alternate the ranking's order with the documents' content similarity "
         "(doc_text): see interleave_by_content.",
     )
     _vectors: DocumentVectors | None = PrivateAttr(default=None)
@@ -264,7 +264,7 @@ class DocumentRanker(BaseNodePostprocessor):
                 stage = stage_of(node)
                 if stage.rerank is not None:
                     detail = (
-                        f"placed {place}, ranked {ranked_at}: from the third place the ranking alternates with "
+                        f"placed {place}, ranked {ranked_at}: from the fourth place the ranking alternates with "
                         f"content (text {content[node.node.node_id]:.3f})"
                     )
                     stage.rerank.hit_reasons.append(HitReason(kind=HitKind.L1_DOCUMENT, detail=detail))
@@ -276,7 +276,11 @@ class DocumentRanker(BaseNodePostprocessor):
         return [(n, stage_of(n)) for n in nodes]
 
 
-def interleave_by_content(ranked: list[str], content: dict[str, float], lead: int = 2) -> list[str]:
+#: The ranking's first places that keep their documents (:func:`interleave_by_content`).
+INTERLEAVE_AFTER = 3
+
+
+def interleave_by_content(ranked: list[str], content: dict[str, float], lead: int = INTERLEAVE_AFTER) -> list[str]:
     """``ranked`` (ids, the ranking's order) with its first ``lead`` kept and the rest alternating: the best
     remaining document by ``content`` (its similarity to the query by the mean of its chunk vectors), then the
     ranking's next, and so on (ties by the ranking's order).
@@ -285,12 +289,12 @@ def interleave_by_content(ranked: list[str], content: dict[str, float], lead: in
     where one signal decides (a documentation KB fits BM25's weight at 16), a document whose content is nearest the
     question but whose best section shares few words with it falls past the evidence blocks. The whole-content
     vector is the one document signal no fit re-weights (the stock "dense whole documents" view), so the places
-    after the ranking's first two alternate with it: the agent's first documents are the ranking's, and the
+    after the ranking's first three alternate with it: the agent's first documents are the ranking's, and the
     evidence also holds the content's nearest. Measured in docs/tuning-history.md (session 27).
 
     Example:
         >>> interleave_by_content(["a", "b", "c", "d", "e"], {"a": 0.1, "b": 0.2, "c": 0.3, "d": 0.1, "e": 0.9})
-        ['a', 'b', 'e', 'c', 'd']
+        ['a', 'b', 'c', 'e', 'd']
     """
     out = ranked[:lead]
     placed = set(out)

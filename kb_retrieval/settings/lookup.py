@@ -57,8 +57,8 @@ class RetrievalSettings(BaseModel):
     )
     content_interleave: bool = Field(
         default=True,
-        description="From the document ranking's third place on, alternate its order with the documents' whole-"
-        "content similarity (the mean of their chunk vectors): the ranking's first two documents lead, and the "
+        description="From the document ranking's fourth place on, alternate its order with the documents' whole-"
+        "content similarity (the mean of their chunk vectors): the ranking's first three documents lead, and the "
         "evidence and the context pack also hold the documents whose content is nearest the question, whatever "
         "signal the ranking's weights let decide (hit reason l1_document: placed by content). The first document "
         "and found are unchanged; false: the ranking's order throughout.",
