@@ -57,7 +57,7 @@ def test_a_fitted_lexical_weight_reaches_the_ranker_and_its_hit_reason(tmp_path,
         ranker = lookup.pipeline.postprocessors[2]
         assert ranker.weights == weights and ranker.weights["lexical"] == 16.0 != configured["lexical"]
         result = lookup.lookup("when are old blocks deleted by compaction")
-        details = [r for b in result.evidence_blocks for r in b.hit_reasons if r.startswith("l1_document")]
+        details = [r for b in result.evidence_blocks for r in b.hit_reasons if r.startswith("l1_document:title")]
         assert details and all("lexical 16 (fitted on 60" in d for d in details)
     finally:
         lookup.close()
