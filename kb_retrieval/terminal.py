@@ -9,6 +9,9 @@ Example:
     'keyword RedisMemoryHigh'
     >>> reason_in_words("l1_document:title 0.788 summary 0.828 text 0.800 static 0.659 weighted title 0.349")
     'document as a whole close (summary 0.83)'
+    >>> reason_in_words("l1_document:placed 4, ranked 6: from the fourth place the ranking alternates with content "
+    ...                 "(text 0.634)")
+    'placed 4, ranked 6 (alternating with content, 0.63)'
 """
 
 from __future__ import annotations
@@ -183,9 +186,15 @@ def _float(text: str) -> float:
         return 0.0
 
 
+#: The document ranker's reason for a document placed by content (``doc_rank.DocumentRanker._interleaved``).
+_PLACED = re.compile(r"placed (\d+), ranked (\d+):.*\(text (-?\d+\.\d+)\)")
+
+
 def reason_in_words(reason: str) -> str:
     """One hit reason (``kind:detail``) as a short phrase."""
     kind, _, detail = reason.partition(":")
+    if kind == HitKind.L1_DOCUMENT.value and (placed := _PLACED.match(detail)):
+        return f"placed {placed[1]}, ranked {placed[2]} (alternating with content, {float(placed[3]):.2f})"
     if kind == HitKind.L1_DOCUMENT.value:
         scores = dict((name, float(value)) for name, value in re.findall(r"([a-z ]+?) (\d+\.\d+)", detail))
         name, best = max(scores.items(), key=lambda item: item[1], default=("", 0.0))

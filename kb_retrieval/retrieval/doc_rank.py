@@ -30,6 +30,11 @@ The weights were fitted on the public golden sets and rounded, but the weighted 
 (see ``ScoringProfile``).
 The contributions are recorded on the node (``RerankRecord.ranking``, summing to its score) and the document
 similarities as an ``l1_document`` hit reason.
+From the fourth place on, the order alternates with the documents' content similarity (``doc_text`` alone:
+:func:`interleave_by_content`, ``RetrievalSettings.content_interleave``): the first three documents are the linear
+model's, and the evidence blocks after them also hold the documents whose whole content is nearest the question,
+where one fitted signal (BM25 on documentation) would push them past the blocks. Scores stay the model's; a node
+that moved says so in an ``l1_document`` hit reason.
 It orders, it never makes a lookup find: whether the knowledge base answers is still judged on the chunks (the
 evidence score); once it does, the documents ranked above the first one at the threshold lead the evidence blocks
 (``build_evidence_blocks``).
@@ -112,6 +117,11 @@ class DocumentRanker(BaseNodePostprocessor):
     mixture: str = Field(
         default="", description="What chose the weights: the knowledge base's own fit (rank_fit), or empty."
     )
+    content_interleave: bool = Field(
+        default=True,
+        description="From the fourth place on, alternate the ranking's order with the documents' content similarity "
+        "(doc_text): see interleave_by_content.",
+    )
     _vectors: DocumentVectors | None = PrivateAttr(default=None)
     _embed_model: Any = PrivateAttr(default=None)
     _roots: tuple[str, ...] = PrivateAttr(default=())
@@ -147,7 +157,8 @@ class DocumentRanker(BaseNodePostprocessor):
         if config is not None:
             return cls.from_dict(config, **state)
         weights, mixture = taught_weights(lookup.settings.scoring, getattr(lookup, "rank_fit", None))
-        return cls(weights=weights, mixture=mixture, **state)
+        interleave = lookup.settings.retrieval.content_interleave
+        return cls(weights=weights, mixture=mixture, content_interleave=interleave, **state)
 
     @property
     def vectors(self) -> DocumentVectors | None:
@@ -205,8 +216,10 @@ class DocumentRanker(BaseNodePostprocessor):
         weighted = [(k, wk) for k in SIGNALS if (wk := self.weights.get(k, 0.0))]  # the others contribute nothing
         with_static, with_static_title = vectors.static_model is not None, vectors.static_titles is not None
         weights_note = f"; weights: {self.mixture}" if self.mixture else ""
+        content: dict[str, float] = {}
         for node, stage in staged:
             title, summary, text, static, static_title = sims[stage.candidate.source]
+            content[node.node.node_id] = text
             record = stage.rerank
             if record is None:
                 base = stage.candidate.similarity
@@ -235,11 +248,67 @@ class DocumentRanker(BaseNodePostprocessor):
             record.hit_reasons.append(HitReason(kind=HitKind.L1_DOCUMENT, detail=detail))
             node.score = round(sum(record.ranking.values()), 6)
             write_stage(node, stage)
-        return sorted(nodes, key=rank_key)
+        ranked = sorted(nodes, key=rank_key)
+        return self._interleaved(ranked, content) if self.content_interleave else ranked
+
+    @staticmethod
+    def _interleaved(ranked: list[NodeWithScore], content: dict[str, float]) -> list[NodeWithScore]:
+        """``ranked`` in :func:`interleave_by_content`'s order (``content``: node id -> its document's text
+        similarity); each node that moved says so in a hit reason. Scores stay the ranking's."""
+        ids = [n.node.node_id for n in ranked]
+        was = {i: place for place, i in enumerate(ids, start=1)}
+        by_id = dict(zip(ids, ranked, strict=True))
+        out = [by_id[i] for i in interleave_by_content(ids, content)]
+        for place, node in enumerate(out, start=1):
+            if (ranked_at := was[node.node.node_id]) != place:
+                stage = stage_of(node)
+                if stage.rerank is not None:
+                    detail = (
+                        f"placed {place}, ranked {ranked_at}: from the fourth place the ranking alternates with "
+                        f"content (text {content[node.node.node_id]:.3f})"
+                    )
+                    stage.rerank.hit_reasons.append(HitReason(kind=HitKind.L1_DOCUMENT, detail=detail))
+                    write_stage(node, stage)
+        return out
 
     @staticmethod
     def _staged(nodes: list[NodeWithScore]) -> list[tuple[NodeWithScore, StageData]]:
         return [(n, stage_of(n)) for n in nodes]
+
+
+#: The ranking's first places that keep their documents (:func:`interleave_by_content`).
+INTERLEAVE_AFTER = 3
+
+
+def interleave_by_content(ranked: list[str], content: dict[str, float], lead: int = INTERLEAVE_AFTER) -> list[str]:
+    """``ranked`` (ids, the ranking's order) with its first ``lead`` kept and the rest alternating: the best
+    remaining document by ``content`` (its similarity to the query by the mean of its chunk vectors), then the
+    ranking's next, and so on (ties by the ranking's order).
+
+    The ranking's weights are a linear mixture fitted per knowledge base (:mod:`~kb_retrieval.retrieval.rank_fit`);
+    where one signal decides (a documentation KB fits BM25's weight at 16), a document whose content is nearest the
+    question but whose best section shares few words with it falls past the evidence blocks. The whole-content
+    vector is the one document signal no fit re-weights (the stock "dense whole documents" view), so the places
+    after the ranking's first three alternate with it: the agent's first documents are the ranking's, and the
+    evidence also holds the content's nearest. Measured in docs/tuning-history.md (session 27).
+
+    Example:
+        >>> interleave_by_content(["a", "b", "c", "d", "e"], {"a": 0.1, "b": 0.2, "c": 0.3, "d": 0.1, "e": 0.9})
+        ['a', 'b', 'c', 'e', 'd']
+    """
+    out = ranked[:lead]
+    placed = set(out)
+    position = {i: p for p, i in enumerate(ranked)}
+    by_content = sorted(ranked, key=lambda i: (-content.get(i, 0.0), position[i]))
+    sources = (iter(by_content), iter(ranked))
+    while len(out) < len(ranked):
+        for source in sources:
+            for i in source:
+                if i not in placed:
+                    out.append(i)
+                    placed.add(i)
+                    break
+    return out
 
 
 def _contributions(weighted: list[tuple[str, float]], signals: dict[str, float]) -> dict[str, float]:

@@ -138,7 +138,9 @@ class StageData(BaseModel):
 
 
 def rank_key(node: NodeWithScore) -> tuple[float, str]:
-    """The order every stage leaves its nodes in: best score first, ties by node id."""
+    """The order every stage leaves its nodes in: best score first, ties by node id (but the document ranker's
+    places after the third, which alternate with content:
+    :func:`~kb_retrieval.retrieval.doc_rank.interleave_by_content`)."""
     return -(node.score or 0.0), node.node.node_id
 
 

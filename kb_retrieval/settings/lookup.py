@@ -55,6 +55,14 @@ class RetrievalSettings(BaseModel):
         description="Rank documents by their title, summary and whole-text vectors with the chunk signals "
         "(the scoring profile's rank_*); off, or without document vectors, the rule reranker's score ranks them.",
     )
+    content_interleave: bool = Field(
+        default=True,
+        description="From the document ranking's fourth place on, alternate its order with the documents' whole-"
+        "content similarity (the mean of their chunk vectors): the ranking's first three documents lead, and the "
+        "evidence and the context pack also hold the documents whose content is nearest the question, whatever "
+        "signal the ranking's weights let decide (hit reason l1_document: placed by content). The first document "
+        "and found are unchanged; false: the ranking's order throughout.",
+    )
     expand_documents: bool = Field(
         default=True,
         description="Small-to-big: an evidence block is its whole document (sections in order, matched ones "

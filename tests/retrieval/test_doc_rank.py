@@ -10,7 +10,7 @@ import pytest
 from kb_retrieval.indexing.doc_vectors import DocumentVectors
 from kb_retrieval.indexing.static_embed import StaticEmbedder
 from kb_retrieval.models import L0Hints, QueryTransform
-from kb_retrieval.retrieval.doc_rank import SIGNALS, DocumentRanker, l0_signal
+from kb_retrieval.retrieval.doc_rank import SIGNALS, DocumentRanker, interleave_by_content, l0_signal
 from kb_retrieval.retrieval.evidence import build_evidence_blocks
 from kb_retrieval.retrieval.hybrid import LookupQuery
 from kb_retrieval.retrieval.rerank import RuleReranker
@@ -163,6 +163,45 @@ def test_ranking_leads_the_evidence_but_never_makes_a_lookup_find():
     # Neither chunk at the threshold: the ranking finds nothing.
     weak = ranker.postprocess_nodes(reranked(cand("a1", "k/a.md", 0.30), cand("b1", "k/b.md", 0.40), q=q), q)
     assert build_evidence_blocks(weak, evidence_threshold=0.45, max_blocks=5) == []
+
+
+def _lexical_order(interleave: bool):
+    # The ranking decided by BM25 alone (a, b, c, d, e); e's content (its text vector) is the query's, the others'
+    # not.
+    q = query([1.0, 0.0, 0.0])
+    scores = {"a": 1.0, "b": 0.9, "c": 0.8, "d": 0.7, "e": 0.6}
+    nodes = [candidate_node(cand(f"{k}1", f"k/{k}.md", 0.5), lexical_score=v) for k, v in scores.items()]
+    nodes = RuleReranker(lexical_weight=0.2).postprocess_nodes(nodes, query_bundle=q)
+    other = (E1, E1, E2)
+    ranker = DocumentRanker(
+        weights={"lexical": 1.0},
+        vectors=vectors(k_a=other, k_b=other, k_c=other, k_d=other, k_e=(E2, E2, E1)),
+        content_interleave=interleave,
+    )
+    return ranker.postprocess_nodes(nodes, query_bundle=q)
+
+
+def test_from_the_fourth_place_the_ranking_alternates_with_the_documents_content():
+    ranked = _lexical_order(interleave=True)
+    assert [stage_of(n).candidate.source for n in ranked] == ["k/a.md", "k/b.md", "k/c.md", "k/e.md", "k/d.md"]
+    # Scores stay the ranking's; the trace says who was placed where and why.
+    assert [n.score for n in ranked] == pytest.approx([0.2, 0.18, 0.16, 0.12, 0.14])
+    moved = {stage_of(n).candidate.source: [str(r) for r in stage_of(n).rerank.hit_reasons] for n in ranked[3:]}
+    placed = "l1_document:placed 4, ranked 5: from the fourth place the ranking alternates with content (text 1.000)"
+    assert placed in moved["k/e.md"]
+    assert any(r.startswith("l1_document:placed 5, ranked 4") for r in moved["k/d.md"])
+    plain = _lexical_order(interleave=False)
+    assert [stage_of(n).candidate.source for n in plain] == ["k/a.md", "k/b.md", "k/c.md", "k/d.md", "k/e.md"]
+    assert not any("placed" in str(r) for n in plain for r in stage_of(n).rerank.hit_reasons)
+
+
+def test_interleaving_keeps_the_first_three_and_every_document_once():
+    ranked = [f"d{i}" for i in range(7)]
+    content = {f"d{i}": i / 10 for i in range(7)}  # the content's order is the ranking's reversed
+    assert interleave_by_content(ranked, content) == ["d0", "d1", "d2", "d6", "d3", "d5", "d4"]
+    assert interleave_by_content(ranked, content, lead=1) == ["d0", "d6", "d1", "d5", "d2", "d4", "d3"]
+    assert interleave_by_content(ranked[:3], content) == ranked[:3]
+    assert interleave_by_content(ranked, {}) == ranked  # no content opinion: the ranking's order (ties by it)
 
 
 @pytest.mark.parametrize("case", ["missing_vectors", "no_embedding", "no_vectors"])
