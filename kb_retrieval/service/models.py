@@ -31,6 +31,7 @@ OVERRIDABLE = (
     "lexical_weight",
     "doc_focus_weight",
     "document_ranking",
+    "content_interleave",
     "expand_documents",
     "context_budget_tokens",
 )

@@ -68,6 +68,18 @@ def test_setting_overrides_apply_to_that_lookup_only(served):
     assert len(again["evidenceBlocks"]) > 1 and any(e["ranking"] for e in again["rerankTrace"]["entries"])
 
 
+def test_content_interleave_is_a_request_setting(served, in_process):
+    """A retrieval test compares the document ranking's own order with the content interleave (on by default)."""
+    default = post(served, "/v1/lookup", {"query": REDIS_ALERT}).json()
+    response = post(served, "/v1/lookup", {"query": REDIS_ALERT, "settings": {"content_interleave": False}})
+    assert response.status_code == 200, response.text
+    plain = response.json()
+    here = in_process.with_settings(content_interleave=False).lookup(REDIS_ALERT).to_json_dict()
+    assert without_timings(plain) == without_timings(here)
+    # On this knowledge base the interleave moves a document of this query: the setting reached the lookup.
+    assert [b["source"] for b in plain["evidenceBlocks"]] != [b["source"] for b in default["evidenceBlocks"]]
+
+
 def test_filters_scope_the_lookup_as_in_process(served, in_process):
     from llama_index.core.vector_stores import MetadataFilters
 

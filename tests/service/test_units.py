@@ -81,7 +81,14 @@ def test_overrides_are_the_settings_own_types_and_limits():
     request = LookupRequest(query="q", settings={"top_k": 5, "document_ranking": False})
     assert request.overrides() == {"top_k": 5, "document_ranking": False}
     assert LookupRequest(query="q").overrides() == {}
-    for bad in ({"top_k": 201}, {"evidence_threshold": 1.5}, {"state_dir": "/tmp"}, {"max_evidence_blocks": 0}):
+    assert LookupRequest(query="q", settings={"content_interleave": False}).overrides() == {"content_interleave": False}
+    for bad in (
+        {"top_k": 201},
+        {"evidence_threshold": 1.5},
+        {"state_dir": "/tmp"},
+        {"max_evidence_blocks": 0},
+        {"content_interleave": "sometimes"},
+    ):
         with pytest.raises(ValidationError):
             LookupRequest(query="q", settings=bad)
     with pytest.raises(ValidationError, match="query is empty"):
