@@ -74,6 +74,20 @@ def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MilvusServe
         server.stop()
 
 
+def _lookup(settings: KBSettings) -> KnowledgeLookup:
+    """A lookup embedding queries as the service does, with the default query encoder (the ONNX export of the
+    bundled model; ingest used the torch model: the same vectors within the export's tolerance).
+
+    Not the torch model of the session's fixture: while a restarted server starts and loads its collections it takes
+    both cores, and one query's embedding by the torch model (two intra-op threads) took 0.35-1.5 s in that window
+    here, by the ONNX encoder 23-77 ms. The deadline cannot take that CPU back (a lookup does not abandon its own
+    embedding): one lookup spent 1.27 s waiting for the freshness check and 1.53 s embedding, 2.8 of its 3 s, and
+    one in CI answered in 4.23 s. A caller's torch model on a starved machine can do the same; what this module
+    checks is that no wait on Milvus holds a lookup past its deadline.
+    """
+    return KnowledgeLookup(settings, trace_store=TraceStore("sqlite://"))
+
+
 def _timed(lookup: KnowledgeLookup) -> tuple[LookupResult, float]:
     started = time.monotonic()
     result = lookup.lookup(QUERY)
@@ -123,7 +137,7 @@ def _recover(lookup: KnowledgeLookup) -> float:
 @pytest.mark.timeout(600)
 def test_frozen_and_restarting_milvus_server_answers_within_the_deadline(own_server, tmp_path_factory, embed_model):
     settings = _ingested(own_server.uri, tmp_path_factory, embed_model)
-    lookup = KnowledgeLookup(settings, embed_model=embed_model, trace_store=TraceStore("sqlite://"))
+    lookup = _lookup(settings)
     assert _serves(lookup.lookup(QUERY))
 
     outcomes = _frozen_lookups(lookup, own_server.process_tree)
@@ -143,7 +157,8 @@ def test_frozen_and_restarting_milvus_server_answers_within_the_deadline(own_ser
     while time.monotonic() - began < RECOVERY_S:
         result, seconds = _timed(lookup)
         error = next((a.error for a in result.retrieval_trace.attempts if a.error), "") or ""
-        seen.append((result.evidence_status.value, round(seconds, 2), error[:90]))
+        slow = {stage: round(ms) for stage, ms in result.stage_ms.items() if ms > 20}
+        seen.append((result.evidence_status.value, round(seconds, 2), error[:90], slow))
         assert seconds < DEADLINE_S + SLACK_S, f"{seconds:.2f} s during the restart: {seen[-5:]}"
         # An empty answer from a collection of 7 documents is the restart window, not an empty knowledge base.
         assert result.evidence_status is not EvidenceStatus.NO_EVIDENCE, seen[-5:]
@@ -161,7 +176,7 @@ def test_frozen_and_restarting_milvus_server_answers_within_the_deadline(own_ser
 def test_frozen_milvus_lite_server_answers_within_the_deadline(tmp_path, tmp_path_factory, embed_model):
     with lite_server(tmp_path / "shared.db") as server:
         settings = _ingested(server.uri, tmp_path_factory, embed_model)
-        lookup = KnowledgeLookup(settings, embed_model=embed_model, trace_store=TraceStore("sqlite://"))
+        lookup = _lookup(settings)
         assert _serves(lookup.lookup(QUERY))
         outcomes = _frozen_lookups(lookup, server.processes)
         print(f"\nfrozen milvus-lite server: {[round(s, 2) for _, s in outcomes]} s")
