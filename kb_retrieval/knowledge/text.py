@@ -10,6 +10,8 @@ _TOKEN = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 _FENCE = re.compile(r"^\s*(```|~~~)")
+#: The ASCII characters of Unicode category C (control) but newline and tab: what clean_text drops from ASCII text.
+_ASCII_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
 #: The opening of an ATX heading: 1-6 hashes, then whitespace. The rest of the line is trimmed in plain code: the
 #: one-regex form ``^(#{1,6})\s+(.+?)\s*#*\s*$`` backtracks quadratically on a long run of spaces.
 _HEADING_OPEN = re.compile(r"(#{1,6})(\s+)")
@@ -39,7 +41,10 @@ def split_camel(identifier: str) -> list[str]:
 def clean_text(text: str) -> str:
     """NFC-normalise, drop control characters (keeping newlines and tabs) and collapse runs of spaces."""
     text = unicodedata.normalize("NFC", text)
-    text = "".join(ch for ch in text if ch in "\n\t" or unicodedata.category(ch)[0] != "C")
+    if text.isascii():  # the same characters as the test below, by one regex (every lookup cleans its query)
+        text = _ASCII_CONTROL.sub("", text)
+    else:
+        text = "".join(ch for ch in text if ch in "\n\t" or unicodedata.category(ch)[0] != "C")
     return re.sub(r"[ \t]+", " ", text).strip()
 
 

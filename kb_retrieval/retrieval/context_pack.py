@@ -165,11 +165,15 @@ def _render(entries: list[_Entry], omitted: list[str], budget_tokens: int, used:
     sections_left_out: dict[str, int] = {}
     matched_left_out: dict[str, int] = {}
     mark_tokens = count_tokens(TRUNCATION_MARK)
+    counted = 0  # the text's tokens, block by block (see below)
     for entry in entries:
         block, content = entry.block, entry.content()
+        content_tokens = entry.content_tokens
         if entry.cut_to is not None:
             content = truncate_to_tokens(content, entry.cut_to - mark_tokens) + TRUNCATION_MARK
+            content_tokens = count_tokens(content)
             truncated.append(block.source)
+        counted += entry.header_tokens + content_tokens
         left = [s for i, s in enumerate(block.sections) if i not in entry.chosen]
         if unmatched := sum(1 for s in left if not s.matched):
             sections_left_out[block.source] = unmatched
@@ -187,8 +191,12 @@ def _render(entries: list[_Entry], omitted: list[str], budget_tokens: int, used:
             )
         )
     text = "\n\n".join(texts)
-    if truncated:  # a cut content is counted again: the mark and the cut are not a sum of parts
-        used = count_tokens(text)
+    if truncated:
+        # A cut content is counted again: the mark and the cut are not a sum of parts. The rest of the text need not
+        # be: no token spans whitespace, and every header ends in a line break and the blocks are joined by blank
+        # lines, so the text's count is the sum of its headers' and contents' (count_tokens(text), without reading
+        # the whole pack again).
+        used = counted
     return ContextPack(
         blocks=packed,
         text=text,

@@ -198,8 +198,9 @@ class DocumentRanker(BaseNodePostprocessor):
             )
             return nodes
         staged = self._staged(nodes)
+        roots = self._roots  # a private attribute: read once, not per node (pydantic's __getattr__)
         for _, stage in staged:
-            if (known := known_source(stage.candidate, self._roots)) is not stage.candidate:
+            if (known := known_source(stage.candidate, roots)) is not stage.candidate:
                 stage.candidate = known
         query_text = query_bundle.query_str if query_bundle is not None else None
         sims = vectors.similarities(embedding, [s.candidate.source for _, s in staged], query_text)

@@ -123,12 +123,18 @@ def listening(start: Any = None) -> bool:
     """Whether an instrumentation event or span handler other than core's null ones is attached where this
     module's (or ``start``'s) events and spans go (the dispatcher and the ones they propagate to)."""
     current: Any = dispatcher if start is None else start
-    while current is not None:
-        handlers = [*current.event_handlers, *current.span_handlers]
-        if not all(isinstance(h, (NullEventHandler, NullSpanHandler)) for h in handlers):
-            return True
+    while current is not None:  # asked several times a lookup: loops, no list or generator built per dispatcher
+        for handler in current.event_handlers:
+            if not isinstance(handler, _NULL_HANDLERS):
+                return True
+        for handler in current.span_handlers:
+            if not isinstance(handler, _NULL_HANDLERS):
+                return True
         current = current.parent if current.propagate else None
     return False
+
+
+_NULL_HANDLERS = (NullEventHandler, NullSpanHandler)
 
 
 @contextmanager

@@ -255,10 +255,15 @@ def _first_phrase_in(text: str, phrases: list[tuple[str, ...]]) -> tuple[str, ..
     """
     if not phrases:
         return None
-    if text.isascii():
-        lowered = text.lower()
+    if (lowered := _ascii_lowered(text)) is not None:
         phrases = [p for p in phrases if all(word in lowered for word in p)]
         if not phrases:
             return None
     text_words = words(text)
     return next((p for p in phrases if _has_phrase(text_words, p)), None)
+
+
+@lru_cache(maxsize=4096)
+def _ascii_lowered(text: str) -> str | None:
+    """``text`` lower-cased when it is ASCII, else None: a chunk's text recurs across lookups (lowered once each)."""
+    return text.lower() if text.isascii() else None

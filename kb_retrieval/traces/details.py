@@ -93,6 +93,19 @@ def private_details(details: dict[str, Any], mode: QueryMode) -> dict[str, Any]:
 
 def storable(value: Any) -> Any:
     """``value`` (JSON details) with lone surrogates, which no database stores, replaced by U+FFFD."""
+    kind = type(value)
+    # A row holds a few hundred values, most of them numbers and ASCII strings: those are kept in the comprehension
+    # itself, without a call each (a third of the walk's time).
+    if kind is dict:
+        return {
+            key: item if type(item) in _AS_THEY_ARE or (type(item) is str and item.isascii()) else storable(item)
+            for key, item in value.items()
+        }
+    if kind is list:
+        return [
+            item if type(item) in _AS_THEY_ARE or (type(item) is str and item.isascii()) else storable(item)
+            for item in value
+        ]
     if isinstance(value, str):
         return value if value.isascii() else _SURROGATE.sub("\ufffd", value)  # most are ASCII: no surrogate
     if isinstance(value, dict):
@@ -100,3 +113,7 @@ def storable(value: Any) -> Any:
     if isinstance(value, list):
         return [storable(item) for item in value]
     return value
+
+
+#: Value types a row stores as they are.
+_AS_THEY_ARE = frozenset({int, float, bool, type(None)})

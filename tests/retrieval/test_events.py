@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.event_handlers import BaseEventHandler
 from llama_index.core.instrumentation.span_handlers import SimpleSpanHandler
 from llama_index.core.schema import NodeWithScore, TextNode
 
 from kb_retrieval.retrieval.dedupe import SourceDeduplicator
-from kb_retrieval.retrieval.events import postprocess
+from kb_retrieval.retrieval.events import listening, postprocess
 
 
 def _nodes() -> list[NodeWithScore]:
@@ -52,3 +53,22 @@ def test_a_method_replaced_on_the_class_after_a_first_call_is_the_one_called(mon
     monkeypatch.setattr(SourceDeduplicator, "_postprocess_nodes", spy)
     assert len(postprocess(dedupe, _nodes(), None)) == 3
     assert seen == [3]
+
+
+class _Heard(BaseEventHandler):
+    def handle(self, event, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        return None
+
+
+def test_listening_sees_a_handler_of_either_kind_on_the_dispatcher_or_a_parent_it_propagates_to() -> None:
+    own = get_dispatcher("kb_retrieval.retrieval.rerank")
+    root = get_dispatcher()
+    assert not listening(own)  # core's null handlers only
+    for dispatcher, handlers in ((own, own.event_handlers), (own, own.span_handlers), (root, root.event_handlers)):
+        handler = _Heard() if handlers is dispatcher.event_handlers else SimpleSpanHandler()
+        handlers.append(handler)
+        try:
+            assert listening(own)
+        finally:
+            handlers.remove(handler)
+    assert not listening(own)

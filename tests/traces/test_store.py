@@ -11,6 +11,7 @@ import pytest
 
 from kb_retrieval.config import KBSettings
 from kb_retrieval.traces import TraceStore
+from kb_retrieval.traces.details import storable
 
 ALERT = "MySQLReplicationLag: replica is 340 seconds behind"
 
@@ -134,3 +135,25 @@ def test_lookup_builds_its_trace_store_from_the_settings(sample_settings, embed_
     lookup.lookup(ALERT)
     assert ALERT not in lookup.traces.rows()[-1].query
     lookup.close()
+
+
+@pytest.mark.unit
+def test_storable_replaces_lone_surrogates_at_any_depth_and_keeps_everything_else() -> None:
+    details = {
+        "query": "etcd \ud800 down",
+        "found": True,
+        "score": 0.5,
+        "count": 3,
+        "none": None,
+        "ascii": "RedisMemoryHigh",
+        "unicode": "über",
+        "nested": [{"reasons": ["l0_keyword:etcd", "content_match:\udfff"]}, [1.5, "ok", "\ud83d"]],
+    }
+    stored = storable(details)
+    assert stored == {
+        **details,
+        "query": "etcd \ufffd down",
+        "nested": [{"reasons": ["l0_keyword:etcd", "content_match:\ufffd"]}, [1.5, "ok", "\ufffd"]],
+    }
+    assert stored["nested"] is not details["nested"] and stored["nested"][0] is not details["nested"][0]
+    assert details["query"] == "etcd \ud800 down"  # the details themselves are left as they are
