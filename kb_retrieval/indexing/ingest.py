@@ -593,7 +593,8 @@ class _Writer:
             self.bar.close()
 
     def _flush(self) -> None:
-        rows: list[dict[str, Any]] = []
+        embedded: list[tuple[tuple[_DocPlan, Chunk], np.ndarray]] = []
+        written_at = 0.0
         if self.pending:
             assert self.model is not None
             t0 = time.perf_counter()
@@ -607,22 +608,26 @@ class _Writer:
                 raise
             self.embed_seconds += time.perf_counter() - t0
             written_at = round(time.time(), 6)  # one stamp per write: lookups prefer a document's newest version
-            rows = [
-                _row(self.settings, plan.doc, chunk, len(plan.chunks), vec, written_at, full_text=self.full_text)
-                for (plan, chunk), vec in zip(self.pending, vectors, strict=True)
-            ]
-            self.embedded += len(rows)
-            self.pending.clear()
+            embedded = list(zip(self.pending, vectors, strict=True))
+            self.embedded += len(embedded)
+            self.pending = []
         stale = [plan.stale_ids for plan in self.waiting if plan.stale_ids]
-        if rows or stale:
+        if embedded or stale:
             self._wait()  # one write in flight: the previous window's is done (or its error raised) first
-            self.written = self.writes.submit(self._write, rows, stale)
+            self.written = self.writes.submit(self._write, embedded, written_at, stale)
         self.documents_done += sum(1 for plan in self.waiting if plan.missing)
         if self.documents_total:
             self.bar.set_postfix_str(f"{self.documents_done}/{self.documents_total} documents", refresh=True)
         self.waiting.clear()
 
-    def _write(self, rows: list[dict[str, Any]], stale: list[list[str]]) -> None:
+    def _write(
+        self, embedded: list[tuple[tuple[_DocPlan, Chunk], np.ndarray]], written_at: float, stale: list[list[str]]
+    ) -> None:
+        # The rows are built here, on the write thread, while the next window (or the document texts) embeds.
+        rows = [
+            _row(self.settings, plan.doc, chunk, len(plan.chunks), vec, written_at, full_text=self.full_text)
+            for (plan, chunk), vec in embedded
+        ]
         if rows:
             self.client.upsert(self.settings.storage.collection, rows)
         # Every waiting document now has all its new chunks written: drop its old ones.
@@ -640,7 +645,7 @@ def _row(
     doc: KbDocument,
     chunk: Chunk,
     chunk_count: int,
-    vector: Any,
+    vector: np.ndarray,
     written_at: float,
     *,
     full_text: bool = False,
@@ -660,7 +665,8 @@ def _row(
     row = {
         settings.schema_fields.id_field: chunk.chunk_id,
         settings.schema_fields.content_field: content,
-        settings.schema_fields.vector_field: [float(x) for x in vector],
+        # As Python floats in one go (``tolist``: the same values as ``float()`` of each element, a tenth the time).
+        settings.schema_fields.vector_field: vector.tolist(),
         # Other frontmatter keys are kept, but never in place of the pipeline's own (a frontmatter `doc_hash`).
         settings.schema_fields.metadata_field: {
             **{k: v for k, v in doc.metadata.items() if k not in internal},
