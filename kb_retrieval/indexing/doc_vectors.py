@@ -1,6 +1,6 @@
 """Document vectors: four per document, stored in Milvus beside the chunks, for ranking documents as wholes.
 
-Size: just over 400 lines, one concern (the per-document vectors: their texts, their collection, written at
+Size: under 500 lines, one concern (the per-document vectors: their texts, their collection, written at
 ingest and read at lookup), so the collection's layout is defined in one place; the text builders are the part to move
 out if it grows.
 
