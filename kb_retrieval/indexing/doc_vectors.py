@@ -1,6 +1,6 @@
 """Document vectors: four per document, stored in Milvus beside the chunks, for ranking documents as wholes.
 
-Size: just over 400 lines, one concern (the per-document vectors: their texts, their collection, written at
+Size: under 500 lines, one concern (the per-document vectors: their texts, their collection, written at
 ingest and read at lookup), so the collection's layout is defined in one place; the text builders are the part to move
 out if it grows.
 
@@ -38,6 +38,7 @@ import json
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -200,6 +201,54 @@ def doc_vectors_off_reason(client: MilvusClient, settings: KBSettings) -> str | 
     )
 
 
+@dataclass
+class DocVectorPlan:
+    """What an ingest changes in the companion: ``todo``, the documents whose row is missing or stale, as
+    (document, its KB id, its row hash), in write batches of ``WRITE_BATCH``; ``deletes``, the sources whose row goes
+    (their documents are no longer in their folder)."""
+
+    todo: list[tuple[KbDocument, str, str]]
+    deletes: list[str]
+
+    def batches(self) -> list[list[tuple[KbDocument, str, str]]]:
+        return [self.todo[start : start + WRITE_BATCH] for start in range(0, len(self.todo), WRITE_BATCH)]
+
+
+def plan_doc_vectors(
+    client: MilvusClient,
+    settings: KBSettings,
+    kbs: Sequence[LoadedKnowledgeBase],
+    chunk_ids: Mapping[str, Sequence[str]],
+) -> DocVectorPlan:
+    """The companion rows to write and delete so that each KB folder's rows are exactly its documents (``chunk_ids``
+    by source): a row whose hash (:func:`_row_hash`) is the stored one is left alone."""
+    name = ensure_doc_vectors_collection(client, settings)
+    existing = {
+        row["source"]: row for row in iter_rows(client, settings, ["source", "kb", "row_hash"], collection=name)
+    }
+    plan = DocVectorPlan(todo=[], deletes=[])
+    for kb in kbs:
+        current = {doc.source_id for doc in kb.documents}
+        for doc in kb.documents:
+            row_hash = _row_hash(doc, settings, chunk_ids.get(doc.source_id, ()))
+            if existing.get(doc.source_id, {}).get("row_hash") != row_hash:
+                plan.todo.append((doc, kb.kb_id, row_hash))
+        if kb.complete:  # documents handed in by a program are upserted: the root may hold others
+            plan.deletes += sorted(s for s, row in existing.items() if row["kb"] == kb.kb_id and s not in current)
+    return plan
+
+
+def embed_doc_texts(plan: DocVectorPlan, model: BaseEmbedding, batch_size: int) -> list[list[np.ndarray]]:
+    """The title and summary vectors of each write batch of ``plan.todo`` (the model's two embedded kinds), each
+    kind embedded as one :func:`embed_passages` call per write batch. Needs no Milvus: ingest embeds them while
+    the chunks are still being written."""
+    vectors: list[list[np.ndarray]] = []
+    for batch in plan.batches():
+        texts = [document_texts(doc) for doc, _, _ in batch]
+        vectors.append([embed_passages(model, [t[i] for t in texts], batch_size) for i in range(len(KINDS) - 1)])
+    return vectors
+
+
 def write_doc_vectors(
     client: MilvusClient,
     settings: KBSettings,
@@ -213,36 +262,42 @@ def write_doc_vectors(
     """Make the companion rows of each KB folder exactly its documents (their chunks written already, ``chunk_ids``
     by source); returns (rows written + deleted, seconds spent embedding). Convergent like the L0 index: a row is
     embedded and upserted only when its hash (:func:`_row_hash`) differs; ``load_model`` is called only then."""
-    name = ensure_doc_vectors_collection(client, settings)
-    existing = {
-        row["source"]: row for row in iter_rows(client, settings, ["source", "kb", "row_hash"], collection=name)
-    }
-    todo: list[tuple[KbDocument, str, str]] = []
-    deletes: list[str] = []
-    for kb in kbs:
-        current = {doc.source_id for doc in kb.documents}
-        for doc in kb.documents:
-            row_hash = _row_hash(doc, settings, chunk_ids.get(doc.source_id, ()))
-            if existing.get(doc.source_id, {}).get("row_hash") != row_hash:
-                todo.append((doc, kb.kb_id, row_hash))
-        if kb.complete:  # documents handed in by a program are upserted: the root may hold others
-            deletes += sorted(s for s, row in existing.items() if row["kb"] == kb.kb_id and s not in current)
-    seconds = 0.0
-    bar = progress_bar(len(todo), "document vectors", "doc", enabled=progress)
-    for start in range(0, len(todo), WRITE_BATCH):
-        batch = todo[start : start + WRITE_BATCH]
-        model = model or load_model()
-        began = time.perf_counter()
+    plan = plan_doc_vectors(client, settings, kbs, chunk_ids)
+    began = time.perf_counter()
+    embedded = embed_doc_texts(plan, model or load_model(), settings.embedding.embed_batch_size) if plan.todo else []
+    seconds = time.perf_counter() - began if plan.todo else 0.0
+    return write_planned_doc_vectors(client, settings, plan, embedded, progress=progress), seconds
+
+
+def plan_chunk_means(client: MilvusClient, settings: KBSettings, plan: DocVectorPlan) -> list[dict[str, np.ndarray]]:
+    """The text vectors of each write batch of ``plan.todo``: the normalised mean of each document's chunk vectors as
+    the collection holds them now (its chunks written already)."""
+    return [_chunk_means(client, settings, [doc for doc, _, _ in batch]) for batch in plan.batches()]
+
+
+def write_planned_doc_vectors(
+    client: MilvusClient,
+    settings: KBSettings,
+    plan: DocVectorPlan,
+    embedded: Sequence[Sequence[np.ndarray]],
+    *,
+    chunk_means: Sequence[Mapping[str, np.ndarray]] | None = None,
+    static_model: StaticEmbedder | None = None,
+    progress: bool = False,
+) -> int:
+    """Write ``plan``'s rows, their title and summary vectors ``embedded`` (:func:`embed_doc_texts`) and their text
+    vectors ``chunk_means`` (:func:`plan_chunk_means`, else read here), then delete its ``deletes``; returns the rows
+    written + deleted. ``static_model``: the static model, else loaded here."""
+    name = doc_vectors_collection_name(settings)
+    if chunk_means is None:
+        chunk_means = plan_chunk_means(client, settings, plan)
+    bar = progress_bar(len(plan.todo), "document vectors", "doc", enabled=progress)
+    for batch, (titles, summaries), means in zip(plan.batches(), embedded, chunk_means, strict=True):
         texts = [document_texts(doc) for doc, _, _ in batch]
-        vectors = [
-            embed_passages(model, [t[i] for t in texts], settings.embedding.embed_batch_size)
-            for i in range(len(KINDS) - 1)
-        ]
-        seconds += time.perf_counter() - began
-        means = _chunk_means(client, settings, [doc for doc, _, _ in batch])
         # A document without chunk rows (none should be) gets its summary vector in their place.
-        vectors.append(np.stack([means.get(doc.source_id, vectors[1][j]) for j, (doc, _, _) in enumerate(batch)]))
-        vectors.append(load_static_embedder(settings.resolved_model_cache_dir()).embed([s for _, s in texts]))
+        text_vectors = np.stack([means.get(doc.source_id, summaries[j]) for j, (doc, _, _) in enumerate(batch)])
+        static = static_model or load_static_embedder(settings.resolved_model_cache_dir())
+        vectors = [titles, summaries, text_vectors, static.embed([s for _, s in texts])]
         rows = [
             {
                 "source": doc.source_id,
@@ -257,9 +312,9 @@ def write_doc_vectors(
         client.upsert(name, rows)
         bar.update(len(batch))
     bar.close()
-    for start in range(0, len(deletes), WRITE_BATCH):
-        client.delete(name, ids=deletes[start : start + WRITE_BATCH])
-    return len(todo) + len(deletes), seconds
+    for start in range(0, len(plan.deletes), WRITE_BATCH):
+        client.delete(name, ids=plan.deletes[start : start + WRITE_BATCH])
+    return len(plan.todo) + len(plan.deletes)
 
 
 def _chunk_means(client: MilvusClient, settings: KBSettings, docs: Sequence[KbDocument]) -> dict[str, np.ndarray]:

@@ -10,10 +10,11 @@ import pytest
 from pymilvus import MilvusClient
 
 from kb_retrieval.config import KBSettings
-from kb_retrieval.indexing.ingest import WINDOW_BATCHES, ingest
+from kb_retrieval.indexing.ingest import WINDOW_BATCHES, _DocPlan, _Writer, ingest
 from kb_retrieval.indexing.l0_index import L0Index
 from kb_retrieval.indexing.milvus import MilvusUnavailableError, SchemaMismatchError, connect
-from kb_retrieval.knowledge.loader import KnowledgeBaseError
+from kb_retrieval.knowledge.chunker import chunk_document
+from kb_retrieval.knowledge.loader import KnowledgeBaseError, load_knowledge_base
 from tests.support.kb import write_kb
 
 DOC_A = """---
@@ -224,3 +225,94 @@ def test_existing_client_reads_what_ingest_wrote(tmp_path, settings, embed_model
     ingest([kb], settings, embed_model=embed_model)
     client = MilvusClient(settings.resolved_milvus_uri())
     assert client.get_collection_stats(settings.storage.collection)["row_count"] == len(rows(settings))
+
+
+class FixedModel:
+    """A stand-in encoder (one fixed vector a text): pins the writer's logic without the model."""
+
+    def get_text_embedding_batch(self, texts):
+        return [[1.0, 0.0, 0.0]] * len(texts)
+
+
+class SlowClient:
+    """Records the writes; each upsert takes a while (a write still in flight when more work is queued) and fails
+    with ``error`` when given."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.events: list[str] = []
+        self.error = error
+
+    def upsert(self, collection, rows):
+        time.sleep(0.3)
+        if self.error is not None:
+            raise self.error
+        self.events.append(f"upsert {len(rows)}")
+
+    def delete(self, collection, ids):
+        self.events.append(f"delete {len(ids)}")
+
+
+def _one_plan(tmp_path: Path) -> _DocPlan:
+    doc = load_knowledge_base(write_kb(tmp_path / "kb", {"redis/memory.md": DOC_A})).documents[0]
+    chunks = chunk_document(doc, 40, 0)
+    return _DocPlan(doc=doc, chunks=chunks, stale_ids=["old-1", "old-2"], missing=chunks, kind="updated")
+
+
+@pytest.mark.unit
+def test_work_queued_behind_the_chunk_writes_runs_after_them_in_order(tmp_path, settings):
+    plan = _one_plan(tmp_path)
+    client = SlowClient()
+    writer = _Writer(client, settings, FixedModel(), total=len(plan.missing), progress=False)
+    writer.add(plan)
+    writer.flush()  # the rows' write (then the stale chunks' delete) in flight
+    after = writer.then(lambda: client.events.append("after the chunks") or 7)
+    writer.finish()
+    assert client.events == [f"upsert {len(plan.missing)}", "delete 2", "after the chunks"]
+    assert after.result() == 7 and writer.embedded == len(plan.missing)
+
+
+@pytest.mark.unit
+def test_a_failed_chunk_write_stops_what_follows_it_and_is_raised(tmp_path, settings):
+    plan = _one_plan(tmp_path)
+    client = SlowClient(error=RuntimeError("Milvus: no space left on device"))
+    writer = _Writer(client, settings, FixedModel(), total=len(plan.missing), progress=False)
+    writer.add(plan)
+    writer.flush()
+    after = writer.then(lambda: client.events.append("after the chunks"))
+    with pytest.raises(RuntimeError, match="no space left on device"):
+        writer.finish()
+    assert client.events == []  # neither the stale chunks' delete nor what was queued behind the write
+    with pytest.raises(RuntimeError, match="no space left on device"):
+        after.result()
+
+
+class FailingOnDocumentTexts:
+    """Embeds the chunks, then fails on the first document-vector text (a title): an ingest interrupted there."""
+
+    def __init__(self, model, titles: set[str]) -> None:
+        self.model, self.titles = model, titles
+
+    def get_text_embedding_batch(self, texts):
+        if self.titles & set(texts):
+            raise KeyboardInterrupt("interrupted")
+        return self.model.get_text_embedding_batch(texts)
+
+
+def test_interrupted_document_vectors_leave_whole_chunks_and_converge(tmp_path, embed_model):
+    from kb_retrieval.indexing.doc_vectors import doc_vectors_collection_name, document_texts
+
+    kb = write_kb(tmp_path / "kb", {"redis/memory.md": DOC_A, "mysql/lag.md": DOC_B})
+    clean = KBSettings(state_dir=tmp_path / "clean")
+    ingest([kb], clean, embed_model=embed_model)
+    broken = KBSettings(state_dir=tmp_path / "broken")
+    titles = {document_texts(doc)[0] for doc in load_knowledge_base(kb).documents}
+    with pytest.raises(KeyboardInterrupt):
+        ingest([kb], broken, embed_model=FailingOnDocumentTexts(embed_model, titles))
+    # The chunks' write, the flush and the L0 index were in flight on the write thread: all of them done, whole.
+    assert set(rows(broken)) == set(rows(clean))
+    client = connect(broken)
+    assert len(L0Index.load_from_milvus(client, broken).documents) == 2
+    assert client.query(doc_vectors_collection_name(broken), filter='source != ""', output_fields=["source"]) == []
+    resumed = ingest([kb], broken, embed_model=embed_model)
+    assert resumed.chunks_embedded == 0  # only the document vectors were missing
+    assert json.loads(broken.l0_index_path().read_text()) == json.loads(clean.l0_index_path().read_text())
