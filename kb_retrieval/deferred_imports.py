@@ -11,6 +11,9 @@ the same module object, so code that needs it gets it, only later.
 Only the CLI's in-process lookup and its ingest call it, before anything imports LlamaIndex: a process of its own,
 whose imports the CLI owns. Library users import LlamaIndex as usual.
 
+:func:`keep_pandas_out` does the same for pandas, which pymilvus imports at its own import and pyarrow (Milvus Lite's
+storage) on its first conversion, both only to recognise pandas objects: the CLI's lookup starts without it.
+
 Example:
     >>> import sys
     >>> defer_package_inits(("json",))  # already imported: left as it is
@@ -115,3 +118,102 @@ def defer_package_inits(names: Iterable[str] = LOOKUP_DEFERRED) -> None:
 def deferred(name: str) -> bool:
     """True while ``name``'s ``__init__`` has not run (checking it runs nothing)."""
     return name in _pending
+
+
+# --- pandas, which a lookup never uses ----------------------------------------------------------------------------
+
+#: What pymilvus' modules read from pandas while they are imported: ``pd.DataFrame`` (annotations, ``isinstance``)
+#: and five functions of ``pandas.api.types`` (type inference for inserted data, which a lookup never does).
+PANDAS_TYPES = ("infer_dtype", "is_array_like", "is_float", "is_list_like", "is_scalar")
+
+
+def keep_pandas_out() -> None:
+    """Let pymilvus and pyarrow start without importing pandas (~0.5 s and ~60 MiB of a cold CLI lookup, issue 39).
+
+    Both import it only to recognise pandas objects, and a process that has not imported pandas holds none:
+    pymilvus imports with stand-ins for the names it reads (:func:`_import_pymilvus`), which turn into the real
+    pandas when used; pyarrow (Milvus Lite reads its segments with it) looks for pandas once per process, on the
+    Python side and in C++, and is asked both here with pandas refused (:func:`_pyarrow_without_pandas`), so it
+    treats every object as it treats any non-pandas one. That answer stays for the process: pandas imported later
+    works, and so do pyarrow's explicit conversions (``to_pandas``, ``from_pandas``), but a pandas object handed to
+    pyarrow as a plain value is read as a sequence. Hence for the CLI's own process only, which never imports pandas
+    for a lookup (``tests/test_start_up_imports.py``); nothing is done when pandas is already imported.
+    """
+    if "pandas" in sys.modules or importlib.util.find_spec("pandas") is None:
+        return
+    _pyarrow_without_pandas()
+    _import_pymilvus()
+
+
+class _RefusePandas:
+    """A meta path finder under which ``import pandas`` raises ImportError, as it would if pandas were absent."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name == "pandas" or name.startswith("pandas."):
+            raise ImportError(f"{name} is not imported by this process (kb_retrieval.deferred_imports)")
+
+
+def _pyarrow_without_pandas() -> None:
+    if "pyarrow" in sys.modules or importlib.util.find_spec("pyarrow") is None:
+        return
+    refuse = _RefusePandas()
+    sys.meta_path.insert(0, refuse)
+    try:
+        pyarrow = importlib.import_module("pyarrow")
+        pyarrow.lib._pandas_api.have_pandas  # noqa: B018  # the Python side's one look (pyarrow's pandas shim)
+        pyarrow.scalar(True)  # the C++ side's one look, on its first conversion of a Python value
+    finally:
+        sys.meta_path.remove(refuse)
+
+
+class _PandasClass(type):
+    """A pandas class by name: nothing is an instance of it until the real pandas is imported (no object of the real
+    class exists before), and from then on the check is the real class's."""
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        real = sys.modules.get("pandas")
+        if real is None or isinstance(real, _PandasStandIn):
+            return False
+        return isinstance(obj, getattr(real, cls.__name__))
+
+
+class _PandasStandIn(types.ModuleType):
+    """``pandas`` or ``pandas.api.types`` while pymilvus imports: any name not set on it imports the real module."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        _drop_stand_ins()
+        return getattr(importlib.import_module(self.__name__), name)
+
+
+def _drop_stand_ins() -> None:
+    for name in ("pandas.api.types", "pandas"):
+        if isinstance(sys.modules.get(name), _PandasStandIn):
+            del sys.modules[name]
+
+
+def _pandas_function(name: str) -> Any:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        _drop_stand_ins()
+        return getattr(importlib.import_module("pandas.api.types"), name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+def _import_pymilvus() -> None:
+    """pymilvus imported with the pandas names it reads at import (:data:`PANDAS_TYPES`, ``DataFrame``) standing in;
+    pymilvus keeps the stand-ins, nothing else sees them (an ``import pandas`` afterwards is the real one)."""
+    if "pymilvus" in sys.modules:
+        return
+    pandas = _PandasStandIn("pandas")
+    pandas.DataFrame = _PandasClass("DataFrame", (), {})  # type: ignore[attr-defined]
+    api_types = _PandasStandIn("pandas.api.types")
+    for name in PANDAS_TYPES:
+        setattr(api_types, name, _pandas_function(name))
+    sys.modules["pandas"], sys.modules["pandas.api.types"] = pandas, api_types
+    try:
+        importlib.import_module("pymilvus")
+    finally:
+        _drop_stand_ins()

@@ -113,7 +113,10 @@ DEFERRED_SCRIPT = textwrap.dedent(
 
     state, defer = sys.argv[1], sys.argv[2] == "defer"
     if defer:
+        from kb_retrieval.deferred_imports import keep_pandas_out
+
         defer_package_inits()
+        keep_pandas_out()
     from kb_retrieval.config import KBSettings
     from kb_retrieval.engine import KnowledgeLookup
 
@@ -121,7 +124,7 @@ DEFERRED_SCRIPT = textwrap.dedent(
     result = lookup.lookup("RedisMemoryHigh: used_memory above 90% of maxmemory")
     lookup.close()
     heavy = ("llama_index.core.indices.base", "llama_index.core.chat_engine", "llama_index.core.query_engine", "torch",
-             "banks", "llama_index.core.callbacks.token_counting")
+             "banks", "llama_index.core.callbacks.token_counting", "pandas")
     report = {"found": result.found, "plan": result.retrieval_trace.attempts[0].path,
               "loaded": sorted(m for m in heavy if m in sys.modules), "deferred": deferred("llama_index.core")}
     import llama_index.core
@@ -159,7 +162,7 @@ def test_memory_plan_lookup_with_deferred_package_inits_loads_no_llama_index_ind
     # The check can fail: the same lookup without the deferral runs llama_index.core's __init__ and all it imports.
     plain = _lookup_report(state, "plain")
     assert plain["found"] is True
-    assert {"llama_index.core.indices.base", "banks", "llama_index.core.callbacks.token_counting"} <= set(
+    assert {"llama_index.core.indices.base", "banks", "llama_index.core.callbacks.token_counting", "pandas"} <= set(
         plain["loaded"]
     )
 
@@ -182,8 +185,9 @@ def test_the_cli_lookup_defers_llama_index_package_inits(tmp_path) -> None:
     assert result["found"] is True and result["retrievalTrace"]["attempts"][0]["path"] == "memory"
     imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
     assert "kb_retrieval.engine" in imported  # the listing is complete enough to tell
-    # Nor the package __init__ files of callbacks (the token counter) and prompts (rich templates: banks, jinja2).
-    heavy = {"llama_index.core.indices.base", "llama_index.core.chat_engine", "torch", "banks"}
+    # Nor the package __init__ files of callbacks (the token counter) and prompts (rich templates: banks, jinja2),
+    # nor pandas (the listing names "pandas" for pyarrow's two refused looks: its frame module tells a real import).
+    heavy = {"llama_index.core.indices.base", "llama_index.core.chat_engine", "torch", "banks", "pandas.core.frame"}
     assert not (heavy | {"llama_index.core.callbacks.token_counting"}) & imported
 
 
@@ -212,4 +216,47 @@ def test_the_cli_ingest_defers_llama_index_package_inits(tmp_path) -> None:
     assert library.returncode == 0, library.stderr[-2000:]
     assert "llama_index.core.indices.base" in {
         line.rsplit("|", 1)[-1].strip() for line in library.stderr.splitlines() if line.startswith("import time:")
+    }
+
+
+PANDAS_SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    from kb_retrieval.deferred_imports import keep_pandas_out
+
+    keep_pandas_out()
+    import pyarrow as pa
+    import pymilvus.orm.schema as schema
+    import pymilvus.orm.types as types
+
+    report = {"started": "pandas" in sys.modules, "dataframe_before": isinstance([], schema.pd.DataFrame)}
+    import pandas as pd  # the real pandas, whoever asks for it later
+    frame = pd.DataFrame({"a": [1, 2]})
+    report.update(
+        real=pd.DataFrame.__module__.startswith("pandas"),
+        dataframe=isinstance(frame, schema.pd.DataFrame),
+        list_like=schema.is_list_like([1]) and not types.is_scalar([1]),
+        to_pandas=pa.table({"a": [1, 2]}).to_pandas().equals(frame),
+        from_pandas=pa.Table.from_pandas(frame).column("a").to_pylist(),
+    )
+    print(json.dumps(report))
+    """
+)
+
+
+def test_keep_pandas_out_imports_pymilvus_and_pyarrow_without_pandas() -> None:
+    """pymilvus and pyarrow start without pandas; pandas imported afterwards is the real one, and what pymilvus
+    reads of it (``DataFrame`` checks, ``pandas.api.types``) and pyarrow's explicit conversions work with it."""
+    proc = subprocess.run(
+        [sys.executable, "-c", PANDAS_SCRIPT], capture_output=True, text=True, timeout=300, env=_bare_env()
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {
+        "started": False,
+        "dataframe_before": False,
+        "real": True,
+        "dataframe": True,
+        "list_like": True,
+        "to_pandas": True,
+        "from_pandas": [1, 2],
     }

@@ -65,7 +65,8 @@ def summary_markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"Start-up: a KnowledgeLookup on the runbooks corpus builds in {start['lookup_build_s']} s (model "
             f"loaded); a CLI lookup from nothing takes {start['cli_lookup_wall_s']} s wall, "
-            f"{start['cli_lookup_peak_rss_mb']} MB peak RSS (median of {start['runs']})."
+            # ru_maxrss / 1024 (kb_retrieval.bench.speed.whole_process): MiB, whatever the key's suffix says.
+            f"{start['cli_lookup_peak_rss_mb']} MiB peak RSS (median of {start['runs']})."
         )
     if served := speed.get("served_latency"):
         lines.append(

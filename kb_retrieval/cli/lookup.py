@@ -60,9 +60,10 @@ def run(args: argparse.Namespace) -> int:
     with start_up_gc():
         # This process is the CLI's: LlamaIndex's package __init__ files (its indices, chat engines...) run only if
         # something asks for them, which a lookup through the memory plan never does (kb_retrieval.deferred_imports).
-        from kb_retrieval.deferred_imports import defer_package_inits
+        from kb_retrieval.deferred_imports import defer_package_inits, keep_pandas_out
 
         defer_package_inits()
+        keep_pandas_out()
         from kb_retrieval.engine import KnowledgeLookup
         from kb_retrieval.terminal import lookup_text
         from kb_retrieval.traces import TraceStore
