@@ -24,12 +24,15 @@ Example:
 from __future__ import annotations
 
 import importlib.util
+import logging
 import sys
 import threading
 import types
 from collections.abc import Iterable, Mapping
 from importlib.machinery import ModuleSpec
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 #: The packages a lookup through the memory plan, or an ingest, imports submodules of but never needs the
 #: ``__init__`` of: each ``__init__`` imports the whole of LlamaIndex (its indices, chat engines, LLM rerankers, the
@@ -141,8 +144,12 @@ def keep_pandas_out() -> None:
     """
     if "pandas" in sys.modules or importlib.util.find_spec("pandas") is None:
         return
-    _pyarrow_without_pandas()
-    _import_pymilvus()
+    try:
+        _pyarrow_without_pandas()
+        _import_pymilvus()
+    except Exception as exc:  # another pyarrow or pymilvus than these were written against: a start-up cost, no more
+        _drop_stand_ins()
+        log.debug("pandas not kept out of this process: %s", exc)
 
 
 class _RefusePandas:

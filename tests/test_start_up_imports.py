@@ -260,3 +260,29 @@ def test_keep_pandas_out_imports_pymilvus_and_pyarrow_without_pandas() -> None:
         "to_pandas": True,
         "from_pandas": [1, 2],
     }
+
+
+GUARD_SCRIPT = r"""
+import json, sys
+import kb_retrieval.deferred_imports as d
+
+def broken():
+    raise AttributeError("module 'pyarrow.lib' has no attribute '_pandas_api'")  # a pyarrow of another shape
+
+d._pyarrow_without_pandas = broken
+d.keep_pandas_out()
+stand_ins = [n for n in ("pandas", "pandas.api.types") if isinstance(sys.modules.get(n), d._PandasStandIn)]
+import pymilvus, pandas
+real, client = hasattr(pandas, "read_csv"), hasattr(pymilvus, "MilvusClient")
+print(json.dumps({"stand_ins": stand_ins, "real": real, "pymilvus": client}))
+"""
+
+
+def test_keep_pandas_out_is_only_a_start_up_cost_when_it_cannot_work() -> None:
+    """A pyarrow or pymilvus of another shape than keep_pandas_out was written against makes it do nothing (the CLI
+    lookup still starts, with pandas): no error, no stand-in left in sys.modules."""
+    proc = subprocess.run(
+        [sys.executable, "-c", GUARD_SCRIPT], capture_output=True, text=True, timeout=300, env=_bare_env()
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"stand_ins": [], "real": True, "pymilvus": True}
