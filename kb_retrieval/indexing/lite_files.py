@@ -5,8 +5,10 @@ place, not atomically: a full disk (or a kill) leaves a file cut short, and from
 numpy or pyarrow (``Failed to read all data for array``, ``file seems not fully written?``) without naming the file,
 and an ingest does not repair it. Those index files are derived data (Lite rebuilds a missing one from its segment
 on the next load), so a damaged one is deleted here with a warning and Lite writes it again. A data segment
-(``*.parquet``) or a collection manifest is the data itself: a damaged or missing one is named in a one-line
-:class:`LiteDataError` with the fix (the knowledge base is re-ingested from its Markdown files).
+(``*.parquet``) its collection's manifest names, or the manifest itself, is the data: a damaged or missing one is
+named in a one-line :class:`LiteDataError` with the fix (the knowledge base is re-ingested from its Markdown files).
+A segment no manifest names is left to Lite, which deletes it on open: a kill mid-flush leaves one, cut short,
+before the manifest naming it was written, and the next ingest writes those rows again.
 
 The checks read headers and footers only (a few bytes per file), except the JSON sparse indexes, which are parsed.
 
@@ -58,25 +60,25 @@ def check_lite_files(data_dir: Path) -> list[Path]:
             manifest = json.loads(path.read_bytes())
         except (ValueError, UnicodeDecodeError):
             raise LiteDataError(_damaged(path, data_dir, "not valid JSON")) from None
-        for missing in _missing_files(path.parent, manifest):
-            raise LiteDataError(_damaged(missing, data_dir, f"missing, named by {path.name}"))
-    for path in sorted(collections.glob("*/partitions/*/*/*.parquet")):
-        if problem := parquet_problem(path):
-            raise LiteDataError(_damaged(path, data_dir, problem))
+        for segment in _named_files(path.parent, manifest):
+            if not segment.exists():
+                raise LiteDataError(_damaged(segment, data_dir, f"missing, named by {path.name}"))
+            if segment.suffix == ".parquet" and (problem := parquet_problem(segment)):
+                raise LiteDataError(_damaged(segment, data_dir, problem))
     return removed
 
 
-def _missing_files(collection: Path, manifest: object) -> list[Path]:
-    """The data and delta files ``manifest`` names that are not on disk (a manifest of another shape: none)."""
+def _named_files(collection: Path, manifest: object) -> list[Path]:
+    """The data and delta files ``manifest`` names (a manifest of another shape: none). Only these are Lite's data:
+    Lite writes a segment before the manifest that names it, so a segment the manifest does not name is what an
+    interrupted write left (a kill mid-flush leaves one empty), and Lite's own recovery deletes it on open."""
     partitions = manifest.get("partitions") if isinstance(manifest, dict) else None
-    missing = []
+    named = []
     for name, partition in (partitions or {}).items() if isinstance(partitions, dict) else ():
         for key in ("data_files", "delta_files"):
             for rel in partition.get(key, []) if isinstance(partition, dict) else []:
-                path = collection / "partitions" / str(name) / str(rel)
-                if not path.exists():
-                    missing.append(path)
-    return missing
+                named.append(collection / "partitions" / str(name) / str(rel))
+    return named
 
 
 def _damaged(path: Path, data_dir: Path, problem: str) -> str:

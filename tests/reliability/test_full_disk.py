@@ -165,6 +165,20 @@ def test_a_truncated_data_segment_is_named_with_the_fix(template, tmp_path):
         assert_one_line_error(done, segment.name, "is damaged", "kb-retrieval ingest")
 
 
+def test_an_empty_segment_no_manifest_names_is_left_to_lite(template, tmp_path):
+    """A kill mid-flush leaves the segment Lite was writing, empty, before the manifest naming it: that is not the
+    data (the next ingest writes those rows again), so nothing is refused, and Lite's recovery deletes it on open."""
+    state = tmp_path / "state"
+    shutil.copytree(template[0], state)
+    [segment] = sorted(state.glob("milvus.db/collections/kb_chunks/partitions/*/data/*.parquet"))
+    orphan = segment.with_name("data_999990_999999.parquet")
+    orphan.touch()
+    assert check_lite_files(state / "milvus.db") == []
+    done = run_cli("lookup", QUERY, "--json", "--state-dir", str(state))
+    assert done.returncode == 0 and '"found": true' in done.stdout, done.stderr[-3000:]
+    assert not orphan.exists() and segment.exists()
+
+
 def test_a_truncated_index_file_is_rebuilt(template, tmp_path):
     state = tmp_path / "state"
     shutil.copytree(template[0], state)
