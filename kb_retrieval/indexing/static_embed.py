@@ -197,9 +197,15 @@ class TermWeights:
         for terms in documents:
             self.df.update(set(terms))
             self.documents += 1
+        # Every weight worked out once (a lookup asks one per query word): the known words', and the unseen one.
+        self._weights = {word: self._weight(df) for word, df in self.df.items()}
+        self._unseen = self._weight(0)
+
+    def _weight(self, df: int) -> float:
+        return math.log((self.documents + 1) / (df + 0.5))
 
     def __call__(self, word: str) -> float:
-        return math.log((self.documents + 1) / (self.df.get(word, 0) + 0.5))
+        return self._weights.get(word, self._unseen)
 
 
 def static_model_files() -> tuple[Path, Path]:

@@ -72,6 +72,7 @@ log = logging.getLogger(__name__)
 _EXACT_MATCH, _LEXICAL, _TITLE_TERMS = Boost.EXACT_MATCH.value, Boost.LEXICAL.value, Boost.TITLE_TERMS.value
 _L0_TITLE, _L0_KEYWORD, _L0_ENTITY = Boost.L0_TITLE.value, Boost.L0_KEYWORD.value, Boost.L0_ENTITY.value
 _L0_CATEGORY, _BREADCRUMB, _CONTENT = Boost.L0_CATEGORY.value, Boost.BREADCRUMB.value, Boost.CONTENT.value
+_BOOST_NAMES = tuple(b.value for b in Boost)
 
 
 @lru_cache(maxsize=16384)
@@ -172,13 +173,17 @@ class RuleReranker(BaseNodePostprocessor):
                 applied[_LEXICAL] = round(lexical_weight * lexical, 6)
                 reasons.append(hit_reason(HitKind.LEXICAL_BM25, f"{lexical:.3f}"))
             base = candidate.similarity
-            node.score = round(base + sum(applied.values()), 6)
+            score = round(base + sum(applied.values()), 6)
+            node.score = score
             # Validated, not ``model_construct``ed: pydantic's construct is Python, 5x the cost of this validation.
             stage.rerank = RerankRecord(
                 base_score=round(base, 6),
                 # What evidence usability is judged on: BM25 is relative to the query's best hit and title terms
                 # are partial word overlap, so they rank candidates but say nothing about whether any answers.
-                evidence_score=round(base + sum(v for k, v in applied.items() if k not in RANKING_ONLY), 6),
+                # Without a ranking-only boost it is the score (the same sum, in the same order).
+                evidence_score=score
+                if RANKING_ONLY.isdisjoint(applied)
+                else round(base + sum(v for k, v in applied.items() if k not in RANKING_ONLY), 6),
                 boosts=applied,
                 hit_reasons=[hit_reason(semantic, f"{base:.3f}"), *reasons],
             )
@@ -216,7 +221,7 @@ class _MatchRules:
         self.entities = {_phrase(e) for e in hints.entities}
         self.domains = {d.lower() for d in hints.domains}
         self.phrases = _phrases(hints.matched_keywords + hints.entities)
-        self.weights = {b.value: boosts.get(b.value, 0.0) for b in Boost}
+        self.weights = {name: boosts.get(name, 0.0) for name in _BOOST_NAMES}
 
     def signals_of(self, c: Candidate) -> tuple[dict[str, float], list[HitReason]]:
         """The L0 and title-term boosts ``c`` earns, by name, and their hit reasons (in the records' order)."""
@@ -226,7 +231,7 @@ class _MatchRules:
         if (coverage := self.coverage.get(c.source)) is not None:
             applied[_TITLE_TERMS] = round(weights[_TITLE_TERMS] * coverage, 6)
             reasons.append(hit_reason(HitKind.L0_TITLE_TERMS, f"{coverage:.2f}"))
-        if c.title and c.title.lower() in self.titles:
+        if self.titles and c.title and c.title.lower() in self.titles:
             applied[_L0_TITLE] = weights[_L0_TITLE]
             reasons.append(hit_reason(HitKind.L0_TITLE, c.title))
         if self.keywords and (hit := next((k for k in c.keywords if _phrase(k) in self.keywords), None)):
@@ -235,9 +240,11 @@ class _MatchRules:
         if self.entities and (hit := next((e for e in c.entities if _phrase(e) in self.entities), None)):
             applied[_L0_ENTITY] = weights[_L0_ENTITY]
             reasons.append(hit_reason(HitKind.L0_ENTITY, hit))
-        if c.category and c.category.lower() in self.domains:
+        if self.domains and c.category and c.category.lower() in self.domains:
             applied[_L0_CATEGORY] = weights[_L0_CATEGORY]
             reasons.append(hit_reason(HitKind.L0_CATEGORY, c.category))
+        if not self.phrases:  # no matched keyword or entity to look for (most lookups)
+            return applied, reasons
         if hit_phrase := _first_phrase_in(c.breadcrumb or "", self.phrases):
             applied[_BREADCRUMB] = weights[_BREADCRUMB]
             reasons.append(hit_reason(HitKind.BREADCRUMB_MATCH, " ".join(hit_phrase)))

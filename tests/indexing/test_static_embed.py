@@ -157,3 +157,10 @@ def test_the_tokenizer_check_is_kept_in_the_cache_folder_by_the_file_s_hash(tmp_
     assert static_embed.words_tokenise_alone(tokenizer, tokenizer_file, cache) is computed
     assert checks == [1, 1] and note.read_text() == str(computed).lower()
     assert static_embed.words_tokenise_alone(tokenizer, tokenizer_file, None) is computed and checks == [1, 1, 1]
+
+
+def test_term_weights_are_worked_out_once_as_the_formula_gives_them():
+    documents = [["a", "b"], ["a", "c", "c"], ["a"], ["d"]]
+    weights = TermWeights(documents)
+    for word, df in {"a": 3, "b": 1, "c": 1, "d": 1, "never-seen": 0}.items():
+        assert weights(word) == math.log((len(documents) + 1) / (df + 0.5))  # exactly: the same float

@@ -117,3 +117,26 @@ def test_bm25_header_is_the_one_the_embedding_sees():
         "Redis memory usage high > Symptoms"
     )
     assert lexical_header(None, "A > B") == "A > B" and lexical_header("T", None) == "T"
+
+
+def test_evidence_score_leaves_out_only_the_ranking_only_boosts():
+    def categorised(chunk_id: str, similarity: float):
+        return cand(chunk_id, f"{chunk_id}.md", similarity).model_copy(update={"category": "redis"})
+
+    nodes = [
+        candidate_node(categorised("both", 0.4123456), lexical_score=0.7),  # an evidence boost and a ranking-only one
+        candidate_node(categorised("l0", 0.3333333)),  # an evidence boost alone: the evidence score is the score
+        candidate_node(cand("none", "none.md", 0.2222222)),  # no boost: base, score and evidence score alike
+    ]
+    reranker = RuleReranker(lexical_weight=0.2)
+    ranked = reranker.postprocess_nodes(nodes, query_bundle=with_hints(L0Hints(domains=["redis"])))
+    by_id = {n.node.node_id: (n.score, record_of(n)) for n in ranked}
+    category = reranker.boosts["l0_category"]
+    score, both = by_id["both"]
+    assert both.boosts == {"l0_category": category, "lexical": 0.14}
+    assert score == round(0.4123456 + category + 0.14, 6)
+    assert both.evidence_score == round(0.4123456 + category, 6) != score
+    score, l0 = by_id["l0"]
+    assert l0.evidence_score == score == round(0.3333333 + category, 6)
+    score, none = by_id["none"]
+    assert none.boosts == {} and none.evidence_score == none.base_score == score == round(0.2222222, 6)
