@@ -13,6 +13,7 @@ from kb_retrieval.engine import KnowledgeLookup
 from kb_retrieval.indexing.l0_index import L0Entry
 from kb_retrieval.models import EvidenceStatus
 from kb_retrieval.retrieval.doc_rank import l0_signal
+from kb_retrieval.retrieval.exact import ExactIdentifierIndex
 from kb_retrieval.retrieval.l0_hints import L0HintProvider
 from kb_retrieval.retrieval.l1.base import L1Search
 from tests.support.kb import ALERT
@@ -247,6 +248,19 @@ def test_filtered_below_reference_retries_unfiltered(sample_settings, embed_mode
     assert trace.attempts[1].filtered is False and trace.attempts[1].query == result.query_transform.normalized_query
     assert trace.selected_attempt == 2
     assert _details(lookup)["fallback_reason"] == "filtered_vector_low_quality"
+
+
+def test_a_lookup_looks_up_its_identifiers_once_for_both_attempts(sample_settings, embed_model, monkeypatch):
+    # The scan answers the trace's unheld names and both attempts' exact-identifier candidates: a search that did
+    # not get it from the lookup would look it up again. (Building a lookup may calibrate, scanning texts of its own.)
+    lookup = _lookup(sample_settings, embed_model, reference_threshold=0.99)
+    scans: list[str] = []
+    real = ExactIdentifierIndex.identifiers
+    monkeypatch.setattr(ExactIdentifierIndex, "identifiers", lambda self, q, m: scans.append(q) or real(self, q, m))
+    result = lookup.lookup(f"{ALERT}, kube_pod_restart_budget_left is 0")
+    assert [a.filtered for a in result.retrieval_trace.attempts] == [True, False]
+    assert scans.count(result.query_transform.normalized_query) == 1, scans
+    assert result.retrieval_trace.calibration["unheldIdentifiers"] == ["kube_pod_restart_budget_left"]
 
 
 class HungPath:

@@ -157,8 +157,9 @@ def _words_tokenise_alone(tokenizer: Tokenizer) -> bool:
     return whole == [i for word in probe for i in tokenizer.encode(word, add_special_tokens=False).ids]
 
 
-def words_tokenise_alone(tokenizer: Tokenizer, tokenizer_file: Path, cache_dir: Path | None) -> bool:
-    """:func:`_words_tokenise_alone` of ``tokenizer`` (read from ``tokenizer_file``), kept in ``cache_dir``.
+def words_tokenise_alone(tokenizer: Tokenizer, tokenizer_json: bytes, cache_dir: Path | None) -> bool:
+    """:func:`_words_tokenise_alone` of ``tokenizer`` (parsed from ``tokenizer_json``, its file's bytes), kept in
+    ``cache_dir``.
 
     The check reads the whole vocabulary (32k tokens, ~35 ms), which every process that loads the static model paid
     (a CLI lookup at every start); its answer depends only on the tokenizer file, so it is kept in a note named by
@@ -167,7 +168,7 @@ def words_tokenise_alone(tokenizer: Tokenizer, tokenizer_file: Path, cache_dir: 
     """
     if cache_dir is None:
         return _words_tokenise_alone(tokenizer)
-    digest = hashlib.sha256(tokenizer_file.read_bytes()).hexdigest()[:16]
+    digest = hashlib.sha256(tokenizer_json).hexdigest()[:16]
     note = cache_dir / f"static-words-alone-c{_WORDS_ALONE_CHECK}-{digest}.txt"
     with contextlib.suppress(OSError, UnicodeDecodeError):
         if (said := note.read_text(encoding="ascii").strip()) in ("true", "false"):
@@ -229,6 +230,8 @@ def load_static_embedder(cache_dir: Path | None = None) -> StaticEmbedder:
     ``cache_dir``: the model cache folder (``KBSettings.resolved_model_cache_dir()``), where the tokenizer check's
     answer is kept (:func:`words_tokenise_alone`); None: checked at every load."""
     weights, tokenizer_file = static_model_files()
-    tokenizer = Tokenizer.from_file(str(tokenizer_file))
-    words_alone = words_tokenise_alone(tokenizer, tokenizer_file, cache_dir)
+    # Read once: the bytes parsed are the bytes hashed to name the check's note.
+    tokenizer_json = tokenizer_file.read_bytes()
+    tokenizer = Tokenizer.from_buffer(tokenizer_json)
+    words_alone = words_tokenise_alone(tokenizer, tokenizer_json, cache_dir)
     return StaticEmbedder(load_file(str(weights))[_TENSOR], tokenizer, words_alone=words_alone)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
@@ -23,7 +23,6 @@ from kb_retrieval.retrieval.calibration import Calibration, calibrate
 from kb_retrieval.retrieval.deadline import SEARCHES, Deadline
 from kb_retrieval.retrieval.events import lookup_retrieval, postprocess, span
 from kb_retrieval.retrieval.evidence import build_evidence_blocks
-from kb_retrieval.retrieval.exact import IdentifierScan
 from kb_retrieval.retrieval.hybrid import HybridRetriever, HybridSearch, LookupQuery
 from kb_retrieval.retrieval.stage import deferred_stage_writes, publish_stage
 from kb_retrieval.retrieval.timing import StageClock
@@ -100,18 +99,16 @@ class AttemptRunner:
         collection holds (0: unknown); an unfiltered search that answers no candidates then is a failed search
         (a server still loading after a restart, a released collection), not an empty knowledge base."""
         category = query.category_filter
-        identifiers = self.hybrid.identifiers(query.query_str)  # once for every attempt, and the unheld names
-        outcome = L1Outcome(
-            calibration=self.calibration, unheld_identifiers=identifiers.unheld if identifiers is not None else []
-        )
+        # The query's identifiers, looked up once: every attempt's search reads them from the query.
+        query = replace(query, identifiers=self.hybrid.identifiers(query.query_str))
+        unheld = query.identifiers.unheld if query.identifiers is not None else []
+        outcome = L1Outcome(calibration=self.calibration, unheld_identifiers=unheld)
         # One RetrievalStart/End pair for the lookup's retrieval, whatever the attempts (none inside a retriever,
         # whose BaseRetriever.retrieve sends its own).
         # The nodes leave the lookup only through the end event: their stage data is written as JSON (once, for
         # the settled attempt's nodes) only when a handler can read it; the lookup itself reads the typed data.
         with lookup_retrieval(query, before_end=publish_stage) as retrieved:
-            first = self._timed_attempt(
-                clock, 1, query, embedding, category, deadline, known_documents=known_documents, identifiers=identifiers
-            )
+            first = self._timed_attempt(clock, 1, query, embedding, category, deadline, known_documents=known_documents)
             outcome.attempts.append(first)
             if category and first.trace.outcome != "ok":
                 outcome.fallback_reason = (
@@ -120,7 +117,7 @@ class AttemptRunner:
                     else "filtered_vector_no_evidence"
                 )
                 second = self._timed_attempt(
-                    clock, 2, query, embedding, None, deadline, known_documents=known_documents, identifiers=identifiers
+                    clock, 2, query, embedding, None, deadline, known_documents=known_documents
                 )
                 outcome.attempts.append(second)
             settled = outcome.selected or outcome.attempts[-1]
@@ -137,22 +134,12 @@ class AttemptRunner:
         deadline: Deadline,
         *,
         known_documents: int = 0,
-        identifiers: IdentifierScan | None = None,
     ) -> AttemptResult:
         """One attempt, its own bookkeeping (trace, events, span) timed as the stage ``attempt``: the time the attempt
         took beyond its stages (search, candidates, rerank)."""
         stages_before = sum(clock.stage_ms.values())
         t0 = time.perf_counter()
-        result = self.attempt(
-            number,
-            query,
-            embedding,
-            category,
-            deadline,
-            clock,
-            known_documents=known_documents,
-            identifiers=identifiers,
-        )
+        result = self.attempt(number, query, embedding, category, deadline, clock, known_documents=known_documents)
         inside = sum(clock.stage_ms.values()) - stages_before
         own = (time.perf_counter() - t0) * 1000 - inside
         clock.stage_ms["attempt"] = round(clock.stage_ms.get("attempt", 0.0) + own, 3)
@@ -165,14 +152,19 @@ class AttemptRunner:
         category: str | None,
         deadline: Deadline,
         clock: StageClock,
-        identifiers: IdentifierScan | None = None,
     ) -> HybridSearch:
         """The attempt's search. On the memory plan, in this thread; a search in Milvus runs on a worker and is waited
         for only until the lookup's deadline: pymilvus' reconnect after a server restart ignores the call's timeout
         (one call took 5.2 s on a 3 s deadline), and a lookup answers in time whatever the client does."""
         if self.hybrid.dense.mirror_for(query.scope) is not None:
             return self.hybrid.search(
-                embedding, query.query_str, category, deadline, clock.stage_ms, scope=None, identifiers=identifiers
+                embedding,
+                query.query_str,
+                category,
+                deadline,
+                clock.stage_ms,
+                scope=None,
+                identifiers=query.identifiers,
             )
         stages: dict[str, float] = {}  # the worker's own: a search given up on must not write into this lookup's
         future = SEARCHES.submit(
@@ -183,7 +175,7 @@ class AttemptRunner:
             deadline,
             stages,
             scope=query.scope,
-            identifiers=identifiers,
+            identifiers=query.identifiers,
         )
         search = SEARCHES.wait(future, deadline)
         for stage, ms in stages.items():
@@ -201,10 +193,7 @@ class AttemptRunner:
         clock: StageClock,
         *,
         known_documents: int = 0,
-        identifiers: IdentifierScan | None = None,
     ) -> AttemptResult:
-        """``identifiers``: the hybrid retriever's ``identifiers`` of the query, when the caller asked them (once
-        for all the lookup's attempts); else the search asks them."""
         settings = self.settings
         trace = RetrievalAttempt(
             attempt=number,
@@ -226,9 +215,10 @@ class AttemptRunner:
             category_filter=category,
             deadline=deadline,
             scope=query.scope,
+            identifiers=query.identifiers,
         )
         try:
-            search = self._search(embedding, query, category, deadline, clock, identifiers)
+            search = self._search(embedding, query, category, deadline, clock)
         except Exception as exc:  # a failed path is a failed attempt, never an exception to the agent
             log.warning("L1 attempt %d failed: %s", number, exc)
             trace.outcome = "error"

@@ -90,6 +90,9 @@ class LookupQuery(QueryBundle):
     deadline: Deadline | None = None
     #: The caller's scope as a Milvus expression (:mod:`kb_retrieval.retrieval.scope`): on every request.
     scope: str | None = None
+    #: The query's identifiers (:meth:`HybridRetriever.identifiers`) when the lookup has them (it looks them up once
+    #: for all its attempts, and for the names no document holds); None: the search looks them up.
+    identifiers: IdentifierScan | None = None
 
 
 class HybridRetriever(BaseRetriever):
@@ -150,8 +153,8 @@ class HybridRetriever(BaseRetriever):
 
         ``scope`` (a Milvus expression, :mod:`kb_retrieval.retrieval.scope`) is on every Milvus request; the
         exact-identifier and in-process BM25 hits join only through a request under it. ``identifiers``: this
-        retriever's :meth:`identifiers` of ``query_text`` when the caller has them (a lookup asks them once for
-        all its attempts), else looked up here."""
+        retriever's :meth:`identifiers` of ``query_text`` when the caller has them (:attr:`LookupQuery.identifiers`),
+        else looked up here."""
         clock = StageClock(stage_ms)
         with clock("query_terms"):
             exact_terms, exact_df = self._exact(query_text, identifiers)
@@ -198,4 +201,5 @@ class HybridRetriever(BaseRetriever):
         embedding = query_bundle.embedding or embed_query(self.dense.embed_model, query_bundle.query_str)
         lookup = query_bundle if isinstance(query_bundle, LookupQuery) else None
         category, scope = (lookup.category_filter, lookup.scope) if lookup else (None, None)
-        return self.search(embedding, query_bundle.query_str, category, scope=scope).nodes()
+        identifiers = lookup.identifiers if lookup else None
+        return self.search(embedding, query_bundle.query_str, category, scope=scope, identifiers=identifiers).nodes()

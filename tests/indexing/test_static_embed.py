@@ -130,17 +130,18 @@ def test_the_tokenizer_check_is_kept_in_the_cache_folder_by_the_file_s_hash(tmp_
     """The answer kept in the model cache folder is the check's own, read back without the check; another tokenizer
     file (a changed vocabulary) is checked anew, and so is a note that says nothing readable."""
     _, tokenizer_file = static_model_files()
-    tokenizer = Tokenizer.from_file(str(tokenizer_file))
+    tokenizer_json = tokenizer_file.read_bytes()
+    tokenizer = Tokenizer.from_buffer(tokenizer_json)
     computed = static_embed._words_tokenise_alone(tokenizer)
     cache = tmp_path / "cache"
-    assert static_embed.words_tokenise_alone(tokenizer, tokenizer_file, cache) is computed
+    assert static_embed.words_tokenise_alone(tokenizer, tokenizer_json, cache) is computed
     (note,) = cache.iterdir()
     assert note.read_text() == str(computed).lower()
 
     checks: list[int] = []
     real_check = static_embed._words_tokenise_alone
     monkeypatch.setattr(static_embed, "_words_tokenise_alone", lambda t: checks.append(1) or real_check(t))
-    assert static_embed.words_tokenise_alone(tokenizer, tokenizer_file, cache) is computed
+    assert static_embed.words_tokenise_alone(tokenizer, tokenizer_json, cache) is computed
     assert checks == []  # read from the note
     embedder = static_embed.StaticEmbedder(np.zeros((4, 2), np.float32), tokenizer, words_alone=computed)
     assert embedder._piecewise is computed and checks == []
@@ -148,15 +149,13 @@ def test_the_tokenizer_check_is_kept_in_the_cache_folder_by_the_file_s_hash(tmp_
     # A changed vocabulary: a token across a word mark, which words alone would tokenise otherwise.
     merging = Tokenizer.from_str(tokenizer.to_str())
     merging.add_tokens(["d\u2581h"])
-    changed = tmp_path / "changed.json"
-    changed.write_text(merging.to_str())
-    assert static_embed.words_tokenise_alone(merging, changed, cache) is False
+    assert static_embed.words_tokenise_alone(merging, merging.to_str().encode(), cache) is False
     assert checks == [1] and len(list(cache.iterdir())) == 2
 
     note.write_text("garbled")
-    assert static_embed.words_tokenise_alone(tokenizer, tokenizer_file, cache) is computed
+    assert static_embed.words_tokenise_alone(tokenizer, tokenizer_json, cache) is computed
     assert checks == [1, 1] and note.read_text() == str(computed).lower()
-    assert static_embed.words_tokenise_alone(tokenizer, tokenizer_file, None) is computed and checks == [1, 1, 1]
+    assert static_embed.words_tokenise_alone(tokenizer, tokenizer_json, None) is computed and checks == [1, 1, 1]
 
 
 def test_term_weights_are_worked_out_once_as_the_formula_gives_them():
