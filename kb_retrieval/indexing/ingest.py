@@ -259,6 +259,7 @@ def _write_all(
         client,
         settings,
         model,
+        ready=lambda: _ready_for_writes(client, settings),
         total=len(to_write),
         progress=progress,
         documents=sum(1 for plan in plans if plan.missing),
@@ -565,8 +566,9 @@ class _EncoderLoad:
 class _Writer:
     """Embeds pending chunks in windows across documents (sorted by length inside a window); deletes a document's
     stale chunks once its new ones are in. A window's rows are written on a thread of their own while the next
-    window embeds, one write at a time and in order, after the collections are made ready there
-    (:func:`_ready_for_writes`, the thread's first job); :meth:`then` queues more work behind the writes."""
+    window embeds, one write at a time and in order, after ``ready`` (the thread's first job: the collections made
+    ready, :func:`_ready_for_writes`; it says whether rows carry their analysed text); :meth:`then` queues more work
+    behind the writes."""
 
     def __init__(
         self,
@@ -574,6 +576,7 @@ class _Writer:
         settings: KBSettings,
         model: BaseEmbedding | None,
         *,
+        ready: Callable[[], bool],
         total: int,
         progress: bool,
         documents: int = 0,
@@ -591,7 +594,7 @@ class _Writer:
         # Chunks embedded, with tqdm's rate and ETA, and documents done beside them; only on a terminal.
         self.bar = progress_bar(total, "embedding", "chunk", enabled=progress)
         self.writes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kb-ingest-write")
-        self.full_text = self.writes.submit(_ready_for_writes, client, settings)
+        self.full_text = self.writes.submit(ready)
         self.written: Future[Any] | None = self.full_text
 
     def add(self, plan: _DocPlan) -> None:
