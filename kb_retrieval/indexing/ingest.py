@@ -229,21 +229,23 @@ def _write_all(
     empty: list[str],
     started: float,
 ) -> IngestSummary:
-    # Milvus opens on a thread (mostly importing Lite and waiting for it) while the documents are chunked here: the
-    # encoder's first batch waits for both.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kb-ingest-open") as opening:
-        opened = opening.submit(_open, settings)
-        drafts = _Drafts(settings, kbs)
-        client, existing = opened.result()
+    client = connect(settings)
+    ensure_collection(client, settings)
+    # The companions exist before any chunk is written: a collection with chunks always has its L0 index.
+    ensure_l0_collection(client, settings)
+    ensure_doc_vectors_collection(client, settings)
+    ensure_meta_collection(client, settings)
+    existing = _existing_rows(client, settings)
     _refuse_nested_roots(kbs, {entry.kb for entry in existing.values()}, settings)
     _name_shared_sources(kbs, existing, settings)
+
     skipped = [s for kb in kbs for s in kb.skipped]  # each already warned about by the loader
     for kb in kbs:
         kb.documents, too_long = _fit_limits(kb.documents)
         for entry in too_long:
             log.warning("skipped %s: %s", entry.source_id, entry.reason)
         skipped.extend(too_long)
-    plans, removed = _plan(kbs, existing, settings, drafts)
+    plans, removed = _plan(kbs, existing, settings)
 
     summary = IngestSummary(
         skipped_files=len(skipped),
@@ -252,24 +254,23 @@ def _write_all(
     )
     to_write = [c for plan in plans for c in plan.missing]
     model = encoder.get() if to_write else encoder.given
-    chunk_ids = {plan.doc.source_id: [c.chunk_id for c in plan.chunks] for plan in plans}
-    # The write thread's first jobs, while the first window embeds: the collections made ready (a new one created,
-    # with its companions: a collection with chunks always has its L0 index), then the document vectors planned.
+    # A collection with full-text search gets each chunk's analysed text (Milvus computes BM25 from it).
+    full_text = full_text_off(client, settings) is None
     writer = _Writer(
         client,
         settings,
         model,
-        ready=lambda: _ready_for_writes(client, settings),
         total=len(to_write),
         progress=progress,
+        full_text=full_text,
         documents=sum(1 for plan in plans if plan.missing),
     )
-    doc_planned = writer.then(lambda: plan_doc_vectors(client, settings, kbs, chunk_ids))
+    chunk_ids = {plan.doc.source_id: [c.chunk_id for c in plan.chunks] for plan in plans}
+    doc_plan = plan_doc_vectors(client, settings, kbs, chunk_ids)
     try:
         for plan in plans:
             writer.add(plan)
         writer.flush()
-        doc_plan = doc_planned.result()
         wrote = bool(writer.embedded or removed or any(plan.stale_ids for plan in plans))
         # What follows the chunks' writes runs on the write thread after them while this thread embeds the document
         # texts: the removed documents' chunks deleted, the flush, then the L0 index (a reader never finds an entry
@@ -452,49 +453,12 @@ def _existing_rows(client: Any, settings: KBSettings) -> dict[str, _Existing]:
     return existing
 
 
-def _open(settings: KBSettings) -> tuple[Any, dict[str, _Existing]]:
-    """A client, and what the collection holds by source (nothing when it is new: it is created on the write
-    thread, before the first write). A collection that exists is checked and loaded before its rows are read."""
-    client = connect(settings)
-    if not client.has_collection(settings.storage.collection):
-        return client, {}
-    ensure_collection(client, settings)
-    return client, _existing_rows(client, settings)
-
-
-def _ready_for_writes(client: Any, settings: KBSettings) -> bool:
-    """The collection (created when new) and its companions; returns whether the collection has full-text search
-    (then each chunk's row carries its analysed text, from which Milvus computes BM25)."""
-    ensure_collection(client, settings)
-    ensure_l0_collection(client, settings)
-    ensure_doc_vectors_collection(client, settings)
-    ensure_meta_collection(client, settings)
-    return full_text_off(client, settings) is None
-
-
-class _Drafts:
-    """Every document's chunks, worked out while Milvus opens, under the source id the document had then: one
-    renamed since (:func:`_name_shared_sources`: its chunk ids derive from its source id) is chunked again."""
-
-    def __init__(self, settings: KBSettings, kbs: list[LoadedKnowledgeBase]) -> None:
-        self.settings = settings
-        self.limit = word_piece_limit(settings.embedding.embed_model)
-        self.drafted = {id(doc): (doc.source_id, self._chunk(doc)) for kb in kbs for doc in kb.documents}
-
-    def chunks(self, doc: KbDocument) -> list[Chunk]:
-        drafted = self.drafted.get(id(doc))
-        return drafted[1] if drafted is not None and drafted[0] == doc.source_id else self._chunk(doc)
-
-    def _chunk(self, doc: KbDocument) -> list[Chunk]:
-        chunking = self.settings.chunking
-        return chunk_document(doc, chunking.chunk_tokens, chunking.chunk_overlap, self.limit)
-
-
 def _plan(
-    kbs: list[LoadedKnowledgeBase], existing: dict[str, _Existing], settings: KBSettings, drafts: _Drafts
+    kbs: list[LoadedKnowledgeBase], existing: dict[str, _Existing], settings: KBSettings
 ) -> tuple[list[_DocPlan], dict[str, list[str]]]:
     plans: list[_DocPlan] = []
     removed: dict[str, list[str]] = {}
+    limit = word_piece_limit(settings.embedding.embed_model)
     for kb in kbs:
         current = {doc.source_id for doc in kb.documents}
         for doc in kb.documents:
@@ -504,7 +468,7 @@ def _plan(
                     f"source id '{doc.source_id}' from {kb.root} is already in collection "
                     f"'{settings.storage.collection}' from another folder ({before.kb or 'unknown'})"
                 )
-            chunks = drafts.chunks(doc)
+            chunks = chunk_document(doc, settings.chunking.chunk_tokens, settings.chunking.chunk_overlap, limit)
             new_ids = {c.chunk_id for c in chunks}
             old_ids = before.ids if before else set()
             kind = "added" if before is None else "unchanged" if old_ids == new_ids else "updated"
@@ -566,9 +530,7 @@ class _EncoderLoad:
 class _Writer:
     """Embeds pending chunks in windows across documents (sorted by length inside a window); deletes a document's
     stale chunks once its new ones are in. A window's rows are written on a thread of their own while the next
-    window embeds, one write at a time and in order, after ``ready`` (the thread's first job: the collections made
-    ready, :func:`_ready_for_writes`; it says whether rows carry their analysed text); :meth:`then` queues more work
-    behind the writes."""
+    window embeds, one write at a time and in order; :meth:`then` queues more work behind the writes."""
 
     def __init__(
         self,
@@ -576,12 +538,13 @@ class _Writer:
         settings: KBSettings,
         model: BaseEmbedding | None,
         *,
-        ready: Callable[[], bool],
         total: int,
         progress: bool,
+        full_text: bool = False,
         documents: int = 0,
     ) -> None:
         self.client = client
+        self.full_text = full_text
         self.settings = settings
         self.model = model
         self.batch = settings.embedding.embed_batch_size * WINDOW_BATCHES
@@ -594,8 +557,7 @@ class _Writer:
         # Chunks embedded, with tqdm's rate and ETA, and documents done beside them; only on a terminal.
         self.bar = progress_bar(total, "embedding", "chunk", enabled=progress)
         self.writes = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kb-ingest-write")
-        self.full_text = self.writes.submit(ready)
-        self.written: Future[Any] | None = self.full_text
+        self.written: Future[Any] | None = None
 
     def add(self, plan: _DocPlan) -> None:
         self.pending.extend((plan, c) for c in plan.missing)
@@ -635,8 +597,6 @@ class _Writer:
         written_at = 0.0
         if self.pending:
             assert self.model is not None
-            if self.written is not None and self.written.done():
-                self._wait()  # a failed write (or the collections not ready) raised before embedding more
             t0 = time.perf_counter()
             texts = [c.embedding_text() for _, c in self.pending]
             try:  # the bar moves as each model batch is done
@@ -664,9 +624,8 @@ class _Writer:
         self, embedded: list[tuple[tuple[_DocPlan, Chunk], np.ndarray]], written_at: float, stale: list[list[str]]
     ) -> None:
         # The rows are built here, on the write thread, while the next window (or the document texts) embeds.
-        full_text = self.full_text.result()  # done: the thread's first job
         rows = [
-            _row(self.settings, plan.doc, chunk, len(plan.chunks), vec, written_at, full_text=full_text)
+            _row(self.settings, plan.doc, chunk, len(plan.chunks), vec, written_at, full_text=self.full_text)
             for (plan, chunk), vec in embedded
         ]
         if rows:

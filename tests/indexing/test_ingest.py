@@ -130,8 +130,7 @@ def test_different_documents_at_one_path_under_two_roots_both_kept(tmp_path, set
     assert sources["b/SOURCE.txt"] == b.resolve().as_posix()
     assert "source ids prefixed 'b/' (b/SOURCE.txt)" in caplog.text
     assert set(L0Index.load(settings.l0_index_path()).documents) == set(sources)
-    # Its chunk ids are those of its qualified id (chunk ids derive from the source id), though it was chunked
-    # while Milvus opened, before its id was known.
+    # Its chunk ids are those of its qualified id (chunk ids derive from the source id).
     renamed = next(d for d in load_knowledge_base(b).documents if d.source_id == "SOURCE.txt")
     renamed.source_id = "b/SOURCE.txt"
     chunking, limit = settings.chunking, word_piece_limit(settings.embedding.embed_model)
@@ -259,16 +258,6 @@ class SlowClient:
     def delete(self, collection, ids):
         self.events.append(f"delete {len(ids)}")
 
-    def ready(self) -> bool:
-        """The collections made ready (the write thread's first job): no analysed text in the rows."""
-        self.events.append("ready")
-        return False
-
-    def not_ready(self) -> bool:
-        time.sleep(0.3)
-        assert self.error is not None
-        raise self.error
-
 
 def _one_plan(tmp_path: Path) -> _DocPlan:
     doc = load_knowledge_base(write_kb(tmp_path / "kb", {"redis/memory.md": DOC_A})).documents[0]
@@ -280,12 +269,12 @@ def _one_plan(tmp_path: Path) -> _DocPlan:
 def test_work_queued_behind_the_chunk_writes_runs_after_them_in_order(tmp_path, settings):
     plan = _one_plan(tmp_path)
     client = SlowClient()
-    writer = _Writer(client, settings, FixedModel(), ready=client.ready, total=len(plan.missing), progress=False)
+    writer = _Writer(client, settings, FixedModel(), total=len(plan.missing), progress=False)
     writer.add(plan)
     writer.flush()  # the rows' write (then the stale chunks' delete) in flight
     after = writer.then(lambda: client.events.append("after the chunks") or 7)
     writer.finish()
-    assert client.events == ["ready", f"upsert {len(plan.missing)}", "delete 2", "after the chunks"]
+    assert client.events == [f"upsert {len(plan.missing)}", "delete 2", "after the chunks"]
     assert after.result() == 7 and writer.embedded == len(plan.missing)
 
 
@@ -293,28 +282,15 @@ def test_work_queued_behind_the_chunk_writes_runs_after_them_in_order(tmp_path, 
 def test_a_failed_chunk_write_stops_what_follows_it_and_is_raised(tmp_path, settings):
     plan = _one_plan(tmp_path)
     client = SlowClient(error=RuntimeError("Milvus: no space left on device"))
-    writer = _Writer(client, settings, FixedModel(), ready=client.ready, total=len(plan.missing), progress=False)
+    writer = _Writer(client, settings, FixedModel(), total=len(plan.missing), progress=False)
     writer.add(plan)
     writer.flush()
     after = writer.then(lambda: client.events.append("after the chunks"))
     with pytest.raises(RuntimeError, match="no space left on device"):
         writer.finish()
-    assert client.events == ["ready"]  # neither the stale chunks' delete nor what was queued behind the write
+    assert client.events == []  # neither the stale chunks' delete nor what was queued behind the write
     with pytest.raises(RuntimeError, match="no space left on device"):
         after.result()
-
-
-@pytest.mark.unit
-def test_collections_that_cannot_be_made_ready_stop_every_write_and_are_raised(tmp_path, settings):
-    plan = _one_plan(tmp_path)
-    client = SlowClient(error=SchemaMismatchError("collection 'kb_chunks_l0' is not an L0 index"))
-    writer = _Writer(client, settings, FixedModel(), ready=client.not_ready, total=len(plan.missing), progress=False)
-    with pytest.raises(SchemaMismatchError, match="not an L0 index"):
-        writer.add(plan)
-        writer.flush()  # the window embeds while the collections are made ready; its write is never made
-    with pytest.raises(SchemaMismatchError):
-        writer.finish()
-    assert client.events == []
 
 
 class FailingOnDocumentTexts:
