@@ -36,10 +36,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -201,16 +200,26 @@ def doc_vectors_off_reason(client: MilvusClient, settings: KBSettings) -> str | 
     )
 
 
+class PlannedDoc(NamedTuple):
+    """A document whose companion row is (re)written: its KB id, its row hash, and its title and summary texts
+    (:func:`document_texts`, worked out once for their embedding and for the row)."""
+
+    doc: KbDocument
+    kb_id: str
+    row_hash: str
+    texts: tuple[str, str]
+
+
 @dataclass
 class DocVectorPlan:
-    """What an ingest changes in the companion: ``todo``, the documents whose row is missing or stale, as
-    (document, its KB id, its row hash), in write batches of ``WRITE_BATCH``; ``deletes``, the sources whose row goes
-    (their documents are no longer in their folder)."""
+    """What an ingest changes in the companion: ``todo``, the documents whose row is missing or stale, in write
+    batches of ``WRITE_BATCH``; ``deletes``, the sources whose row goes (their documents are no longer in their
+    folder)."""
 
-    todo: list[tuple[KbDocument, str, str]]
+    todo: list[PlannedDoc]
     deletes: list[str]
 
-    def batches(self) -> list[list[tuple[KbDocument, str, str]]]:
+    def batches(self) -> list[list[PlannedDoc]]:
         return [self.todo[start : start + WRITE_BATCH] for start in range(0, len(self.todo), WRITE_BATCH)]
 
 
@@ -232,7 +241,7 @@ def plan_doc_vectors(
         for doc in kb.documents:
             row_hash = _row_hash(doc, settings, chunk_ids.get(doc.source_id, ()))
             if existing.get(doc.source_id, {}).get("row_hash") != row_hash:
-                plan.todo.append((doc, kb.kb_id, row_hash))
+                plan.todo.append(PlannedDoc(doc, kb.kb_id, row_hash, document_texts(doc)))
         if kb.complete:  # documents handed in by a program are upserted: the root may hold others
             plan.deletes += sorted(s for s, row in existing.items() if row["kb"] == kb.kb_id and s not in current)
     return plan
@@ -242,37 +251,16 @@ def embed_doc_texts(plan: DocVectorPlan, model: BaseEmbedding, batch_size: int) 
     """The title and summary vectors of each write batch of ``plan.todo`` (the model's two embedded kinds), each
     kind embedded as one :func:`embed_passages` call per write batch. Needs no Milvus: ingest embeds them while
     the chunks are still being written."""
-    vectors: list[list[np.ndarray]] = []
-    for batch in plan.batches():
-        texts = [document_texts(doc) for doc, _, _ in batch]
-        vectors.append([embed_passages(model, [t[i] for t in texts], batch_size) for i in range(len(KINDS) - 1)])
-    return vectors
-
-
-def write_doc_vectors(
-    client: MilvusClient,
-    settings: KBSettings,
-    kbs: Sequence[LoadedKnowledgeBase],
-    chunk_ids: Mapping[str, Sequence[str]],
-    model: BaseEmbedding | None,
-    load_model: Callable[[], BaseEmbedding],
-    *,
-    progress: bool = False,
-) -> tuple[int, float]:
-    """Make the companion rows of each KB folder exactly its documents (their chunks written already, ``chunk_ids``
-    by source); returns (rows written + deleted, seconds spent embedding). Convergent like the L0 index: a row is
-    embedded and upserted only when its hash (:func:`_row_hash`) differs; ``load_model`` is called only then."""
-    plan = plan_doc_vectors(client, settings, kbs, chunk_ids)
-    began = time.perf_counter()
-    embedded = embed_doc_texts(plan, model or load_model(), settings.embedding.embed_batch_size) if plan.todo else []
-    seconds = time.perf_counter() - began if plan.todo else 0.0
-    return write_planned_doc_vectors(client, settings, plan, embedded, progress=progress), seconds
+    return [
+        [embed_passages(model, [planned.texts[i] for planned in batch], batch_size) for i in range(len(KINDS) - 1)]
+        for batch in plan.batches()
+    ]
 
 
 def plan_chunk_means(client: MilvusClient, settings: KBSettings, plan: DocVectorPlan) -> list[dict[str, np.ndarray]]:
     """The text vectors of each write batch of ``plan.todo``: the normalised mean of each document's chunk vectors as
     the collection holds them now (its chunks written already)."""
-    return [_chunk_means(client, settings, [doc for doc, _, _ in batch]) for batch in plan.batches()]
+    return [_chunk_means(client, settings, [planned.doc for planned in batch]) for batch in plan.batches()]
 
 
 def write_planned_doc_vectors(
@@ -293,21 +281,20 @@ def write_planned_doc_vectors(
         chunk_means = plan_chunk_means(client, settings, plan)
     bar = progress_bar(len(plan.todo), "document vectors", "doc", enabled=progress)
     for batch, (titles, summaries), means in zip(plan.batches(), embedded, chunk_means, strict=True):
-        texts = [document_texts(doc) for doc, _, _ in batch]
         # A document without chunk rows (none should be) gets its summary vector in their place.
-        text_vectors = np.stack([means.get(doc.source_id, summaries[j]) for j, (doc, _, _) in enumerate(batch)])
+        text_vectors = np.stack([means.get(p.doc.source_id, summaries[j]) for j, p in enumerate(batch)])
         static = static_model or load_static_embedder(settings.resolved_model_cache_dir())
-        vectors = [titles, summaries, text_vectors, static.embed([s for _, s in texts])]
+        vectors = [titles, summaries, text_vectors, static.embed([p.texts[1] for p in batch])]
         rows = [
             {
-                "source": doc.source_id,
-                "kb": kb_id,
-                "row_hash": row_hash,
-                TITLE_FIELD: _fit(texts[j][0], TITLE_MAX_BYTES),
-                TERMS_FIELD: document_terms(doc),
+                "source": p.doc.source_id,
+                "kb": p.kb_id,
+                "row_hash": p.row_hash,
+                TITLE_FIELD: _fit(p.texts[0], TITLE_MAX_BYTES),
+                TERMS_FIELD: document_terms(p.doc),
                 VECTORS_FIELD: np.concatenate([v[j] for v in vectors]).tolist(),
             }
-            for j, (doc, kb_id, row_hash) in enumerate(batch)
+            for j, p in enumerate(batch)
         ]
         client.upsert(name, rows)
         bar.update(len(batch))

@@ -17,9 +17,11 @@ from kb_retrieval.indexing.doc_vectors import (
     doc_vectors_off_reason,
     document_terms,
     document_texts,
+    embed_doc_texts,
     opening_words,
+    plan_doc_vectors,
     readable_title,
-    write_doc_vectors,
+    write_planned_doc_vectors,
 )
 from kb_retrieval.indexing.embeddings import embed_query, embed_texts, normalise
 from kb_retrieval.indexing.ingest import ingest
@@ -120,10 +122,16 @@ def test_ingest_writes_four_vectors_per_document_and_nothing_twice(tmp_path, set
     # Converged: nothing to embed or write again.
     kbs = [load_knowledge_base(a), load_knowledge_base(b)]
     ids = chunk_ids(settings)
-    assert write_doc_vectors(connect(settings), settings, kbs, ids, None, _no_model) == (0, 0.0)
+    plan = plan_doc_vectors(connect(settings), settings, kbs, ids)
+    assert plan.todo == [] and plan.deletes == []
     # Other chunks (another chunk size) make another text vector: the row is rewritten.
     changed = {**ids, "mysql/lag.md": [*ids["mysql/lag.md"], "another-chunk"]}
-    assert write_doc_vectors(connect(settings), settings, kbs, changed, embed_model, _no_model)[0] == 1
+    plan = plan_doc_vectors(connect(settings), settings, kbs, changed)
+    lag = next(d for d in kbs[0].documents if d.source_id == "mysql/lag.md")
+    assert [(p.doc.source_id, p.texts) for p in plan.todo] == [("mysql/lag.md", document_texts(lag))]
+    embedded = embed_doc_texts(plan, embed_model, settings.embedding.embed_batch_size)
+    assert write_planned_doc_vectors(connect(settings), settings, plan, embedded) == 1
+    assert doc_rows(settings)["mysql/lag.md"]["row_hash"] == plan.todo[0].row_hash
     # An edit re-embeds that document only; a removal deletes only its folder's row.
     (a / "redis/memory.md").write_text(DOC_A.replace("Raise maxmemory", "Lower the TTLs"), encoding="utf-8")
     (a / "mysql/lag.md").unlink()
@@ -142,10 +150,6 @@ def chunk_ids(settings: KBSettings) -> dict[str, list[str]]:
     ):
         ids.setdefault(row[settings.schema_fields.source_field], []).append(row[settings.schema_fields.id_field])
     return ids
-
-
-def _no_model():
-    raise AssertionError("nothing should be embedded")
 
 
 def test_vectors_read_back_rank_the_right_title(tmp_path, settings, embed_model):

@@ -10,6 +10,7 @@ import pytest
 from pymilvus import MilvusClient
 
 from kb_retrieval.config import KBSettings
+from kb_retrieval.indexing.embeddings import word_piece_limit
 from kb_retrieval.indexing.ingest import WINDOW_BATCHES, _DocPlan, _Writer, ingest
 from kb_retrieval.indexing.l0_index import L0Index
 from kb_retrieval.indexing.milvus import MilvusUnavailableError, SchemaMismatchError, connect
@@ -129,6 +130,12 @@ def test_different_documents_at_one_path_under_two_roots_both_kept(tmp_path, set
     assert sources["b/SOURCE.txt"] == b.resolve().as_posix()
     assert "source ids prefixed 'b/' (b/SOURCE.txt)" in caplog.text
     assert set(L0Index.load(settings.l0_index_path()).documents) == set(sources)
+    # Its chunk ids are those of its qualified id (chunk ids derive from the source id).
+    renamed = next(d for d in load_knowledge_base(b).documents if d.source_id == "SOURCE.txt")
+    renamed.source_id = "b/SOURCE.txt"
+    chunking, limit = settings.chunking, word_piece_limit(settings.embedding.embed_model)
+    expected = {c.chunk_id for c in chunk_document(renamed, chunking.chunk_tokens, chunking.chunk_overlap, limit)}
+    assert {i for i, r in rows(settings).items() if r["source"] == "b/SOURCE.txt"} == expected
     # Stable: each root again, alone or together, in any order, touches nothing.
     for again in ([b], [a], [b, a]):
         summary = ingest(again, settings, embed_model=embed_model)
