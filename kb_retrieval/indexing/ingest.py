@@ -507,10 +507,10 @@ class _EncoderLoad:
             self._static = self._pool.submit(load_static_embedder, settings.resolved_model_cache_dir())
 
     def static(self) -> StaticEmbedder:
-        """The static model of the document vectors, loaded on the same thread after the encoder (waited for)."""
+        """The static model of the document vectors, loaded on the same thread after the encoder (waited for); here,
+        in a run that was not to embed."""
         if self._static is None:
-            self._static = Future()
-            self._static.set_result(load_static_embedder(self.settings.resolved_model_cache_dir()))
+            return load_static_embedder(self.settings.resolved_model_cache_dir())
         return self._static.result()
 
     def get(self) -> BaseEmbedding:
