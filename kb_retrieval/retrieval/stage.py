@@ -23,7 +23,7 @@ from functools import lru_cache
 from typing import Any
 
 from llama_index.core.schema import BaseNode, NodeWithScore, TextNode
-from pydantic import BaseModel, TypeAdapter
+from pydantic import TypeAdapter
 
 from kb_retrieval.models import Candidate, DocumentSection, ScoreLabel
 
@@ -66,8 +66,10 @@ _L0_KINDS = frozenset(
 )
 
 
-class HitReason(BaseModel, frozen=True):
-    """Why a candidate matched: the kind of hit and its detail (``kind:detail`` as text)."""
+@dataclass(frozen=True, slots=True)
+class HitReason:
+    """Why a candidate matched: the kind of hit and its detail (``kind:detail`` as text). A plain frozen dataclass,
+    like the stage data that hold it."""
 
     kind: HitKind
     detail: str
