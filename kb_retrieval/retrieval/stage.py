@@ -187,10 +187,25 @@ def rank_key(node: NodeWithScore) -> tuple[float, str]:
     return -(node.score or 0.0), node.node.node_id
 
 
-def candidate_node(candidate: Candidate, **stage: object) -> NodeWithScore:
-    """A candidate as a LlamaIndex node scored by its normalised similarity; stage data excluded from LLM text."""
+def candidate_node(
+    candidate: Candidate,
+    *,
+    lexical_score: float | None = None,
+    exact_terms: Iterable[str] = (),
+    exact_df: int | None = None,
+) -> NodeWithScore:
+    """A candidate as a LlamaIndex node scored by its normalised similarity; stage data excluded from LLM text.
+
+    The search's signals are taken as the stage data's types (a float, a list of its own, an int), as validating
+    them did: a numpy scalar from a search does not reach the stages' arithmetic or the JSON.
+    """
     node = TextNode(id_=candidate.chunk_id, text=candidate.content)
-    data = StageData(candidate=candidate, **stage)  # type: ignore[arg-type]
+    data = StageData(
+        candidate=candidate,
+        lexical_score=None if lexical_score is None else float(lexical_score),
+        exact_terms=list(exact_terms),
+        exact_df=None if exact_df is None else int(exact_df),
+    )
     scored = NodeWithScore(node=node, score=candidate.similarity)  # validating is cheaper than model_construct here
     write_stage(scored, data)
     return scored

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 
+import numpy as np
 import pytest
 from llama_index.core.schema import NodeWithScore, TextNode
 from pydantic import ValidationError
@@ -150,6 +151,17 @@ def test_bad_stage_json_raises_a_validation_error_naming_the_field(change, where
     with pytest.raises(ValidationError, match="validation error for StageData") as caught:
         stage_of(node)
     assert caught.value.errors()[0]["loc"][: len(where)] == where
+
+
+def test_a_search_s_numpy_scalars_become_the_stage_data_s_types():
+    terms = ["max_connections"]
+    node = candidate_node(
+        cand("a", "a.md", 0.5), lexical_score=np.float32(0.25), exact_terms=terms, exact_df=np.int64(2)
+    )
+    data = stage_of(node)
+    assert type(data.lexical_score) is float and type(data.exact_df) is int
+    assert data.exact_terms == terms and data.exact_terms is not terms  # its own list, as a validated model's
+    assert node.node.metadata[STAGE_KEY]["exact_df"] == 2
 
 
 def test_copies_are_independent_and_replaced_text_is_seen():
