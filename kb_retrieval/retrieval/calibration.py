@@ -131,7 +131,8 @@ def best_similarity(nodes: Sequence[NodeWithScore]) -> float:
         >>> best_similarity([])
         0.0
     """
-    return max((round(stage_of(n).candidate.similarity, 6) for n in nodes), default=0.0)
+    # Rounding is monotonic: the best rounded is the best, rounded (one round, not one per candidate).
+    return round(max((stage_of(n).candidate.similarity for n in nodes), default=0.0), 6)
 
 
 def topical_sections(rows: Sequence[dict[str, Any]], settings: KBSettings) -> list[tuple[int, str]]:

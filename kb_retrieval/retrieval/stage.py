@@ -17,12 +17,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from enum import Enum
 from functools import lru_cache
 from typing import Any
 
 from llama_index.core.schema import BaseNode, NodeWithScore, TextNode
-from pydantic import BaseModel, Field
+from pydantic import TypeAdapter
 
 from kb_retrieval.models import Candidate, DocumentSection, ScoreLabel
 
@@ -65,8 +66,10 @@ _L0_KINDS = frozenset(
 )
 
 
-class HitReason(BaseModel, frozen=True):
-    """Why a candidate matched: the kind of hit and its detail (``kind:detail`` as text)."""
+@dataclass(frozen=True, slots=True)
+class HitReason:
+    """Why a candidate matched: the kind of hit and its detail (``kind:detail`` as text). A plain frozen dataclass,
+    like the stage data that hold it."""
 
     kind: HitKind
     detail: str
@@ -102,39 +105,79 @@ class Boost(str, Enum):
 RANKING_ONLY = frozenset({Boost.LEXICAL, Boost.TITLE_TERMS, Boost.DOC_FOCUS})
 
 
-class RerankRecord(BaseModel):
-    """What the rerank gave one node: its base and evidence scores, boosts, hit reasons and ranking signals."""
+@dataclass(slots=True)
+class RerankRecord:
+    """What the rerank gave one node: its base and evidence scores, boosts, hit reasons and ranking signals.
+
+    A plain dataclass: the stages build one per candidate and set its fields as they go, all inside the pipeline,
+    so nothing is validated (its JSON, and the JSON's validation, are :class:`StageData`'s).
+
+    Attributes:
+        ranking: the document ranker's weighted signals (they sum to the node's score).
+    """
 
     base_score: float
     evidence_score: float
-    boosts: dict[str, float] = Field(default_factory=dict)
-    hit_reasons: list[HitReason] = Field(default_factory=list)
-    ranking: dict[str, float] = Field(
-        default_factory=dict, description="The document ranker's weighted signals (they sum to the node's score)."
-    )
+    boosts: dict[str, float] = field(default_factory=dict)
+    hit_reasons: list[HitReason] = field(default_factory=list)
+    ranking: dict[str, float] = field(default_factory=dict)
 
     def kinds(self) -> set[HitKind]:
         return {r.kind for r in self.hit_reasons}
 
 
-class StageData(BaseModel):
-    """Everything the stages know about one node."""
+@dataclass(slots=True)
+class StageData:
+    """Everything the stages know about one node.
+
+    A plain dataclass, built and changed by the pipeline's own stages without validation (a handful per candidate
+    per lookup); what leaves the pipeline is its JSON (:func:`stage_json`), and JSON coming back is validated
+    (:func:`stage_from_json`).
+
+    Attributes:
+        lexical_score: BM25 relative to the query's best hit.
+        exact_terms: rare query terms found verbatim in the chunk.
+        exact_df: how many documents hold the rarest of them.
+        sections: other matched chunks of the same document (dedupe keeps them).
+        document: the whole document's sections in order, matched marked (expander).
+        notes: what a stage could not do for this node, and why (e.g. no vectors).
+    """
 
     candidate: Candidate
-    lexical_score: float | None = Field(default=None, description="BM25 relative to the query's best hit.")
-    exact_terms: list[str] = Field(default_factory=list, description="Rare query terms found verbatim in the chunk.")
-    exact_df: int | None = Field(default=None, description="How many documents hold the rarest of them.")
+    lexical_score: float | None = None
+    exact_terms: list[str] = field(default_factory=list)
+    exact_df: int | None = None
     rerank: RerankRecord | None = None
     merged_chunks: int = 1
-    sections: list[Candidate] = Field(
-        default_factory=list, description="Other matched chunks of the same document (dedupe keeps them)."
-    )
-    document: list[DocumentSection] = Field(
-        default_factory=list, description="The whole document's sections in order, matched marked (expander)."
-    )
-    notes: list[str] = Field(
-        default_factory=list, description="What a stage could not do for this node, and why (e.g. no vectors)."
-    )
+    sections: list[Candidate] = field(default_factory=list)
+    document: list[DocumentSection] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+#: The stage data's JSON schema: pydantic-core serialises and validates the dataclasses as it did the models.
+_STAGE_JSON: TypeAdapter[StageData] = TypeAdapter(StageData)
+_WITHOUT_CONTENT: dict[str, Any] = {"candidate": {"content"}}  # the node's text is the content: not kept twice
+
+
+def stage_json(data: StageData) -> dict[str, Any]:
+    """``data`` as the JSON under ``metadata[STAGE_KEY]``, without the candidate's content (the node's text).
+
+    Example:
+        >>> from kb_retrieval.models import ScoreLabel
+        >>> c = Candidate(chunk_id="a", source="a.md", content="text", score=0.5, score_label=ScoreLabel.COSINE,
+        ...               path="sdk", similarity=0.5)
+        >>> stage_json(StageData(candidate=c, exact_df=2))["exact_df"]
+        2
+    """
+    return _STAGE_JSON.dump_python(data, mode="json", exclude=_WITHOUT_CONTENT)
+
+
+def stage_from_json(raw: dict[str, Any], content: str) -> StageData:
+    """The stage data of ``raw`` (:func:`stage_json`'s form, e.g. after a JSON round trip) with ``content`` as the
+    candidate's, validated: bad data raises pydantic's ``ValidationError``."""
+    data = dict(raw)
+    data["candidate"] = {**raw["candidate"], "content": content}
+    return _STAGE_JSON.validate_python(data)
 
 
 def rank_key(node: NodeWithScore) -> tuple[float, str]:
@@ -144,10 +187,25 @@ def rank_key(node: NodeWithScore) -> tuple[float, str]:
     return -(node.score or 0.0), node.node.node_id
 
 
-def candidate_node(candidate: Candidate, **stage: object) -> NodeWithScore:
-    """A candidate as a LlamaIndex node scored by its normalised similarity; stage data excluded from LLM text."""
+def candidate_node(
+    candidate: Candidate,
+    *,
+    lexical_score: float | None = None,
+    exact_terms: Iterable[str] = (),
+    exact_df: int | None = None,
+) -> NodeWithScore:
+    """A candidate as a LlamaIndex node scored by its normalised similarity; stage data excluded from LLM text.
+
+    The search's signals are taken as the stage data's types (a float, a list of its own, an int), as validating
+    them did: a numpy scalar from a search does not reach the stages' arithmetic or the JSON.
+    """
     node = TextNode(id_=candidate.chunk_id, text=candidate.content)
-    data = StageData(candidate=candidate, **stage)  # type: ignore[arg-type]
+    data = StageData(
+        candidate=candidate,
+        lexical_score=None if lexical_score is None else float(lexical_score),
+        exact_terms=list(exact_terms),
+        exact_df=None if exact_df is None else int(exact_df),
+    )
     scored = NodeWithScore(node=node, score=candidate.similarity)  # validating is cheaper than model_construct here
     write_stage(scored, data)
     return scored
@@ -206,12 +264,9 @@ def publish_stage(nodes: Iterable[NodeWithScore]) -> None:
 
 
 def _stage_json(data: StageData) -> _StageJSON:
-    raw = _StageJSON(data.model_dump(mode="json", exclude=_WITHOUT_CONTENT))
+    raw = _StageJSON(stage_json(data))
     raw.typed, raw.stale = data, False
     return raw
-
-
-_WITHOUT_CONTENT: dict[str, Any] = {"candidate": {"content"}}  # the node's text is the content: not kept twice
 
 
 def stage_of(node: NodeWithScore) -> StageData:
@@ -228,9 +283,7 @@ def stage_of(node: NodeWithScore) -> StageData:
             typed.candidate = typed.candidate.model_copy(update={"content": content})
         return typed
     if raw is not None:
-        data = dict(raw)
-        data["candidate"] = {**raw["candidate"], "content": content}
-        return StageData.model_validate(data)
+        return stage_from_json(raw, content)
     return StageData(candidate=external_candidate(node))
 
 

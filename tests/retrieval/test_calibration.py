@@ -15,18 +15,30 @@ from kb_retrieval.retrieval.calibration import (
     Background,
     Calibration,
     background,
+    best_similarity,
     calibrate,
     lexical_lead,
     measure,
     pseudo_query,
     topical_sections,
 )
+from kb_retrieval.retrieval.stage import candidate_node
+from tests.support.candidates import cand
 
 SETTINGS = KBSettings(state_dir="/nonexistent-calibration-test")
 
 
 def _row(i: int, source: str, breadcrumb: str, content: str) -> dict:
     return {"id": f"c{i}", "source": source, "content": content, "metadata": {"breadcrumb": breadcrumb}}
+
+
+@pytest.mark.unit
+def test_the_best_similarity_is_the_best_candidate_s_rounded_as_a_block_s():
+    nodes = [
+        candidate_node(cand(i, f"{i}.md", similarity)) for i, similarity in (("a", 0.3), ("b", 0.70000049), ("c", 0.1))
+    ]
+    assert best_similarity(nodes) == 0.7 == round(0.70000049, 6)
+    assert best_similarity([]) == 0.0
 
 
 @pytest.mark.unit
