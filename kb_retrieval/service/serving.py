@@ -47,6 +47,8 @@ def make_server(app: Any, serve: ServeSettings) -> uvicorn.Server:
         # SIGTERM: the requests in flight get this long, then their connections close (a lookup already
         # running on the pool still ends and its row is written: the lifespan waits for the pool).
         timeout_graceful_shutdown=serve.graceful_shutdown_s,
+        http=serve.http,
+        loop=serve.loop,
     )
     return uvicorn.Server(config)
 
