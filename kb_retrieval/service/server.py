@@ -18,7 +18,7 @@ import uvicorn
 
 from kb_retrieval.config import KBSettings
 from kb_retrieval.service import discovery
-from kb_retrieval.service.serving import configure_access_log, listening_url, make_server, settle_heap
+from kb_retrieval.service.serving import configure_access_log, http_stack, listening_url, make_server, settle_heap
 from kb_retrieval.service.settings import ServeSettings, is_loopback
 from kb_retrieval.service.workers import WorkerStartError, run_workers
 
@@ -112,7 +112,8 @@ def _announce(server: uvicorn.Server, serve: ServeSettings, settings: KBSettings
                 urls.append(url)
                 print(
                     f"kb-retrieval serve: listening on {shown} (collection {settings.storage.collection}; "
-                    f"page /, API /v1/lookup, MCP /mcp{'; token required' if serve.token.get_secret_value() else ''})",
+                    f"page /, API /v1/lookup, MCP /mcp; HTTP {http_stack(serve)}"
+                    f"{'; token required' if serve.token.get_secret_value() else ''})",
                     file=sys.stderr,
                     flush=True,
                 )

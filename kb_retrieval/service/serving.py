@@ -5,11 +5,14 @@ the same way, and say where they listen in the same words.
 Example:
     >>> listening_url(("0.0.0.0", 8080))
     ('http://127.0.0.1:8080', 'http://0.0.0.0:8080')
+    >>> http_stack(ServeSettings(http="h11", loop="asyncio"))
+    'h11 on asyncio'
 """
 
 from __future__ import annotations
 
 import gc
+import importlib.util
 import logging
 import sys
 from typing import Any
@@ -47,8 +50,25 @@ def make_server(app: Any, serve: ServeSettings) -> uvicorn.Server:
         # SIGTERM: the requests in flight get this long, then their connections close (a lookup already
         # running on the pool still ends and its row is written: the lifespan waits for the pool).
         timeout_graceful_shutdown=serve.graceful_shutdown_s,
+        http=serve.http,
+        loop=serve.loop,
     )
     return uvicorn.Server(config)
+
+
+def http_stack(serve: ServeSettings) -> str:
+    """The HTTP parser and event loop uvicorn runs with, ``auto`` resolved as uvicorn resolves it (httptools and
+    uvloop when they can be imported; the ``serve`` extra installs both), e.g. ``'httptools on uvloop'``: the
+    start-up line says it, since the pure-Python pair costs a served lookup ~0.5 ms more."""
+    http = serve.http if serve.http != "auto" else "httptools" if _importable("httptools") else "h11"
+    loop = serve.loop
+    if loop == "auto":
+        loop = "uvloop" if sys.platform != "win32" and _importable("uvloop") else "asyncio"
+    return f"{http} on {loop}"
+
+
+def _importable(name: str) -> bool:
+    return importlib.util.find_spec(name) is not None
 
 
 def settle_heap() -> None:

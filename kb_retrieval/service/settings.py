@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -61,6 +62,17 @@ class ServeSettings(BaseSettings):
         default=10.0,
         gt=0,
         description="Seconds a client may take to send a request body (408 past it): a slow sender holds no slot.",
+    )
+
+    http: Literal["auto", "httptools", "h11"] = Field(
+        default="auto",
+        description="uvicorn's HTTP/1.1 parser. auto: httptools when installed (the serve extra installs it), else "
+        "the pure-Python h11; the start-up line says which.",
+    )
+    loop: Literal["auto", "uvloop", "asyncio"] = Field(
+        default="auto",
+        description="The event loop. auto: uvloop when installed (the serve extra installs it, not on Windows), "
+        "else asyncio's own; the start-up line says which.",
     )
 
     workers: int = Field(

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from kb_retrieval.config import KBSettings
 from kb_retrieval.service import discovery
-from kb_retrieval.service.serving import configure_access_log, listening_url, make_server, settle_heap
+from kb_retrieval.service.serving import configure_access_log, http_stack, listening_url, make_server, settle_heap
 from kb_retrieval.service.settings import ServeSettings
 
 if TYPE_CHECKING:
@@ -192,7 +192,7 @@ def _announce(sock: socket.socket, serve: ServeSettings, settings: KBSettings) -
     url, shown = listening_url(sock.getsockname())
     print(
         f"kb-retrieval serve: listening on {shown} with {serve.workers} worker processes (collection "
-        f"{settings.storage.collection}; page /, API /v1/lookup, MCP /mcp"
+        f"{settings.storage.collection}; page /, API /v1/lookup, MCP /mcp; HTTP {http_stack(serve)}"
         f"{'; token required' if serve.token.get_secret_value() else ''})",
         file=sys.stderr,
         flush=True,

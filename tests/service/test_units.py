@@ -1,4 +1,5 @@
-"""Pure logic of the service: the query built from an alert, which addresses count as loopback, the override model."""
+"""Pure logic of the service: the query built from an alert, which addresses count as loopback, the override model,
+the HTTP parser and event loop uvicorn runs with."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from kb_retrieval.service.alertmanager import alert_query, is_noise_label
-from kb_retrieval.service.settings import is_loopback
+from kb_retrieval.service.settings import ServeSettings, is_loopback
 
 pytestmark = pytest.mark.unit
 
@@ -144,3 +145,24 @@ def test_settling_the_heap_freezes_what_start_up_built_and_still_collects_later_
         assert gone() is None
     finally:
         gc.unfreeze()
+
+
+@pytest.mark.parametrize(
+    ("installed", "expected"),
+    [({"httptools", "uvloop"}, "httptools on uvloop"), (set(), "h11 on asyncio"), ({"uvloop"}, "h11 on uvloop")],
+)
+def test_the_http_stack_auto_is_what_uvicorn_picks_from_what_is_installed(monkeypatch, installed, expected):
+    from kb_retrieval.service import serving
+
+    monkeypatch.setattr(serving, "_importable", lambda name: name in installed)
+    monkeypatch.setattr(serving.sys, "platform", "linux")
+    assert serving.http_stack(ServeSettings()) == expected
+
+
+def test_the_server_runs_the_chosen_parser_and_loop():
+    from kb_retrieval.service.serving import make_server
+
+    config = make_server(object(), ServeSettings(http="h11", loop="asyncio")).config
+    assert (config.http, config.loop) == ("h11", "asyncio")
+    with pytest.raises(ValidationError):
+        ServeSettings(http="zttp")
