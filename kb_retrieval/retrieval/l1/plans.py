@@ -233,15 +233,15 @@ class DenseBm25Plan:
     """The dense search in Milvus and BM25 in process (``in_process_bm25``; or BM25 off, exact identifiers only).
 
     Where the path can send its search ahead (the sdk path, :meth:`L1Retriever.send`: gRPC's own future), the dense
-    search goes out first and BM25 runs while Milvus searches; then the chunks BM25 or an exact identifier brings are
-    read by key (for their dense similarity), still while the dense search is out, and the lookup waits for its
+    search goes out first and BM25 runs while Milvus searches; then the chunks BM25 or an exact identifier brings
+    are read by key (for their dense similarity), still while the dense search is out, and the lookup waits for its
     answer last: one round trip, no thread of ours between (on the Milvus 2.3 server, 1k chunks: the search stage
-    0.5 ms shorter, docs/measurements.md). Elsewhere BM25 runs first and the dense search goes out on a worker beside
-    the read, or here when there is nothing to read. Sending a search from a thread of ours while BM25 ran was slower
-    (session 14: the two contended for the interpreter); a sent gRPC request needs no Python until its answer. The
-    ``search`` stage is the time spent sending and waiting, BM25's own time is ``lexical``. Chunks read by key in an
-    earlier lookup are scored here from their ``kept`` vectors (none under a caller's scope: a Milvus expression
-    only Milvus evaluates); only the others are read.
+    0.5-0.9 ms shorter, docs/measurements.md). Elsewhere BM25 runs first and the dense search goes out on a worker
+    beside the read, or here when there is nothing to read. Sending a search from a thread of ours while BM25 ran
+    was slower (session 14: the two contended for the interpreter); a sent gRPC request needs no Python until its
+    answer. The ``search`` stage is the time spent sending and waiting, BM25's own time is ``lexical``. Chunks read
+    by key in an earlier lookup are scored here from their ``kept`` vectors (none under a caller's scope: a Milvus
+    expression only Milvus evaluates); only the others are read.
     """
 
     def __init__(
