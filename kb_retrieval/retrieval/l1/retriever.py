@@ -62,12 +62,12 @@ class PathFeatures:
 
     ``ids_only``: a dense search returning ids and scores only, the rows read by key (the sdk path); ``fetch``: a read
     by key with the vectors, to score chunks here; ``hybrid``: dense and BM25 in one call (for ``auto``, when both of
-    its paths can)."""
+    its paths can); ``sends``: the ids-only search sent ahead and answered later (the sdk path)."""
 
     ids_only: IdSearchPath | None
     fetch: FetchPath | None
     hybrid: HybridPath | None
-    sends: SendIdsPath | None = None
+    sends: SendIdsPath | None
 
     @classmethod
     def of(cls, path: VectorPath) -> PathFeatures:
