@@ -136,7 +136,8 @@ def test_candidates_are_those_of_two_searches_in_a_row(in_process, embed_model, 
 class SlowSearches:
     """Wraps the client's ``search`` and ``query``: each call takes at least ``delay_s``; records each call's start
     and end, and what it was: ``dense`` (a search), ``restricted`` (a search restricted to ids), ``read`` (a query
-    by key)."""
+    by key). A search sent ahead (``_async``) starts when it is sent and ends when its answer is taken, at least
+    ``delay_s`` later."""
 
     def __init__(self, client, delay_s: float) -> None:
         self.spans: list[tuple[float, float]] = []
@@ -153,20 +154,39 @@ class SlowSearches:
 
         def call(*args, **kwargs):
             start = time.monotonic()
+            if kwargs.get("_async"):
+                return _Later(original(*args, **kwargs), lambda: self._done(method, kwargs, start))
             try:
                 return original(*args, **kwargs)
             finally:
-                time.sleep(max(0.0, self.delay_s - (time.monotonic() - start)))
-                by_ids = " in [" in (kwargs.get("filter") or "")
-                with self._lock:
-                    self.spans.append((start, time.monotonic()))
-                    self.names.append("read" if method == "query" else "restricted" if by_ids else "dense")
+                self._done(method, kwargs, start)
 
         return call
+
+    def _done(self, method: str, kwargs: dict, start: float) -> None:
+        time.sleep(max(0.0, self.delay_s - (time.monotonic() - start)))
+        by_ids = " in [" in (kwargs.get("filter") or "")
+        with self._lock:
+            self.spans.append((start, time.monotonic()))
+            self.names.append("read" if method == "query" else "restricted" if by_ids else "dense")
 
     def restore(self) -> None:
         self._client.search = self._originals["search"]
         self._client.query = self._originals["query"]
+
+
+class _Later:
+    """A search future whose answer is taken through ``done`` (the call's end)."""
+
+    def __init__(self, future, done) -> None:
+        self._future = future
+        self._done = done
+
+    def result(self, **kwargs):
+        try:
+            return self._future.result(**kwargs)
+        finally:
+            self._done()
 
 
 def test_the_read_by_key_runs_alongside_the_dense_search(in_process, embed_model):
@@ -185,31 +205,51 @@ def test_the_read_by_key_runs_alongside_the_dense_search(in_process, embed_model
     assert a_start < b_end and b_start < a_end
 
 
-def test_bm25_runs_before_either_search_goes_out(in_process, embed_model, monkeypatch):
-    """BM25 is not run while the dense search is out (the client thread and BM25 would contend for the
-    interpreter): it ends before the first request starts, and both requests then go out together."""
+def test_the_dense_search_goes_out_before_bm25_and_the_read_after_it(in_process, embed_model, monkeypatch):
+    """The dense search is sent before BM25 runs (no thread of ours waits for it: BM25 runs while Milvus searches),
+    and the read by key of the chunks BM25 brings goes out once BM25 has run, while the dense search is still out."""
     query = QUERIES[1]
     lookup = in_process.with_settings(top_k=1)
-    ended: list[float] = []
+    bm25: list[tuple[float, float]] = []
     original = type(lookup.lexical).search
 
     def timed(index, *args, **kwargs):
+        started = time.monotonic()
         try:
-            time.sleep(0.05)  # a slow BM25: a search sent before it would start during this
+            time.sleep(0.05)  # a slow BM25
             return original(index, *args, **kwargs)
         finally:
-            ended.append(time.monotonic())
+            bm25.append((started, time.monotonic()))
 
     embedding = embed_query(embed_model, query)
     rows_kept(lookup.hybrid, embedding)
     monkeypatch.setattr(type(lookup.lexical), "search", timed)
-    slow = SlowSearches(lookup.client, delay_s=0.1)
+    slow = SlowSearches(lookup.client, delay_s=0.2)
     try:
         lookup.hybrid.search(embedding, query, None)
     finally:
         slow.restore()
-    assert len(ended) == 1 and sorted(slow.names) == ["dense", "read"]
-    assert all(ended[0] <= start for start, _ in slow.spans)
+    assert len(bm25) == 1 and sorted(slow.names) == ["dense", "read"]
+    spans = dict(zip(slow.names, slow.spans, strict=True))
+    (bm25_start, bm25_end), (dense_start, dense_end), (read_start, _) = bm25[0], spans["dense"], spans["read"]
+    assert dense_start <= bm25_start and bm25_end <= read_start < dense_end
+
+
+def test_the_sdk_path_needs_no_worker_thread_for_the_dense_search(in_process, embed_model, monkeypatch):
+    """On the sdk path the dense search is sent from the searching thread itself, a read by key beside it or not:
+    no hand-off to a second pool (each hand-off a thread wake-up on the lookup's path)."""
+    from kb_retrieval.retrieval.deadline import DENSE_BESIDE
+
+    def no_worker(*args, **kwargs):
+        raise AssertionError("the dense search was handed to a worker")
+
+    monkeypatch.setattr(DENSE_BESIDE, "submit", no_worker)
+    lookup = in_process.with_settings(top_k=1)
+    for query in QUERIES:
+        embedding = embed_query(embed_model, query)
+        first = lookup.hybrid.search(embedding, query, None)  # chunks to read beside it, the first time
+        again = lookup.hybrid.search(embedding, query, None)  # all kept: nothing beside it
+        assert [c.chunk_id for c in again.candidates] == [c.chunk_id for c in first.candidates]
 
 
 def test_a_lookup_makes_one_round_trip_per_attempt(in_process):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -78,6 +79,17 @@ class IdSearchPath(VectorPath, Protocol):
 
     def read(self, filter_expr: str, timeout: float | None = None) -> list[Candidate]:
         """The rows ``filter_expr`` selects, as candidates to rescore."""
+        ...
+
+
+@runtime_checkable
+class SendIdsPath(IdSearchPath, Protocol):
+    """A path that can send its ids-only search and be answered later (the sdk path, over gRPC's own future)."""
+
+    def send_ids(
+        self, embedding: list[float], top_k: int, filter_expr: str | None, timeout: float | None = None
+    ) -> Callable[[], list[tuple[str, float]]]:
+        """The request sent now; the call returned waits for the hits (as :meth:`IdSearchPath.search_ids`)."""
         ...
 
 

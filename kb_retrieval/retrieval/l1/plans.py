@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, cast
 
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.schema import NodeWithScore
@@ -230,14 +232,16 @@ class FusedPlan:
 class DenseBm25Plan:
     """The dense search in Milvus and BM25 in process (``in_process_bm25``; or BM25 off, exact identifiers only).
 
-    BM25 runs here first (a fraction of a millisecond at 1k chunks), then the dense search and the read by key of
-    the chunks BM25 or an exact identifier brings (for their dense similarity) go out together: two requests, one
-    round trip, the lookup waits for the slower of the two. BM25 first, not while the dense search is out: on this
-    2-core machine the client thread handling the dense call and BM25 contend for the interpreter, and the second
-    request then left later (on the Milvus 2.3 server, 1k chunks, alternating blocks of 60 alert texts, twice: lookup
-    p50 0.7 and 1.3 ms less). The ``search`` stage is the wait for both requests. Chunks read by key in an earlier
-    lookup are scored here from their ``kept`` vectors (none under a caller's scope: a Milvus expression only Milvus
-    evaluates); only the others are read.
+    Where the path can send its search ahead (the sdk path, :meth:`L1Retriever.send`: gRPC's own future), the dense
+    search goes out first and BM25 runs while Milvus searches; then the chunks BM25 or an exact identifier brings
+    are read by key (for their dense similarity), still while the dense search is out, and the lookup waits for its
+    answer last: one round trip, no thread of ours between (on the Milvus 2.3 server, 1k chunks: the search stage
+    0.5-0.9 ms shorter, docs/measurements.md). Elsewhere BM25 runs first and the dense search goes out on a worker
+    beside the read, or here when there is nothing to read. Sending a search from a thread of ours while BM25 ran
+    was slower (session 14: the two contended for the interpreter); a sent gRPC request needs no Python until its
+    answer. The ``search`` stage is the time spent sending and waiting, BM25's own time is ``lexical``. Chunks read
+    by key in an earlier lookup are scored here from their ``kept`` vectors (none under a caller's scope: a Milvus
+    expression only Milvus evaluates); only the others are read.
     """
 
     def __init__(
@@ -255,9 +259,11 @@ class DenseBm25Plan:
             with query.clock("search"):
                 dense = self._dense(query, query.deadline.timeout(self.settings.storage.milvus_search_timeout_s))
             return merged(dense, [], [], query, self.lexical_mode)
+        with query.clock("search"):
+            answer = self.dense.send(query.embedding, query.category, self._timeout(query), query.scope, self.kept)
         lexical_hits = self.bm25.hits(query) if self.bm25 is not None else []
         chunks = wanted(self.settings, query, lexical_hits)
-        dense, extra, read, failed = self._dense_and_read(query, chunks)
+        dense, extra, read, failed = self._dense_and_read(query, chunks, answer)
         result = merged(dense, lexical_hits, chunks, query, self.lexical_mode)
         result.milvus_calls += 1 if read else 0
         if result.lexical_added:
@@ -273,37 +279,46 @@ class DenseBm25Plan:
             result.lexical_count = len(result.lexical_scores)
         return result
 
+    def _timeout(self, query: PlanQuery) -> float:
+        return query.deadline.timeout(self.settings.storage.milvus_search_timeout_s)
+
     def _dense(self, query: PlanQuery, timeout: float) -> L1Search:
         return self.dense.search(query.embedding, query.category, timeout=timeout, scope=query.scope, kept=self.kept)
 
     def _dense_and_read(
-        self, query: PlanQuery, chunks: list[str]
+        self, query: PlanQuery, chunks: list[str], answer: Callable[[], L1Search] | None
     ) -> tuple[L1Search, list[Candidate], bool, Exception | None]:
-        """The dense search (on a worker) and, beside it, the chunks not kept read by key: the dense answer, the
-        chunks with their scores best first, whether a read was sent, and why it failed if it did."""
+        """The dense search's answer (``answer``: the search already sent; else it goes out now, on a worker when a
+        read goes beside it, here when none does) and the chunks not kept read by key meanwhile: the dense answer,
+        the chunks with their scores best first, whether a read was sent, and why it failed if it did."""
         settings, embedding, category, scope = self.settings, query.embedding, query.category, query.scope
         held = self.kept.scored(embedding, chunks, category) if scope is None else []
         to_read = [c for c in chunks if not self.kept.has_vector(c)] if scope is None else chunks
+        extra = _best_first(held, settings.schema_fields.metric)
+        sent = bool(to_read) and not query.deadline.expired
+        if answer is None and not sent:  # nothing to send beside it: the dense search alone, here
+            with query.clock("search"):
+                return self._dense(query, self._timeout(query)), extra, False, None
         started = time.perf_counter()
-        dense_call = DENSE_BESIDE.submit(
-            self._dense, query, query.deadline.timeout(settings.storage.milvus_search_timeout_s)
-        )
+        dense_call = DENSE_BESIDE.submit(self._dense, query, self._timeout(query)) if answer is None else None
         try:
-            extra = _best_first(held, settings.schema_fields.metric)
             failed: Exception | None = None
-            sent = bool(to_read) and not query.deadline.expired
             if sent:
                 try:
-                    timeout = query.deadline.timeout(settings.storage.milvus_search_timeout_s)
-                    read = self.dense.scored(embedding, to_read, category, timeout, scope, kept=self.kept)
+                    read = self.dense.scored(embedding, to_read, category, self._timeout(query), scope, kept=self.kept)
                     extra = (
                         _best_first(held + read.candidates, settings.schema_fields.metric) if held else read.candidates
                     )
                 except Exception as exc:  # the dense candidates (and the kept ones) still stand
                     failed = exc
-            dense = DENSE_BESIDE.wait(dense_call, query.deadline)
+            dense = (
+                answer()
+                if answer is not None
+                else DENSE_BESIDE.wait(cast(Future[L1Search], dense_call), query.deadline)
+            )
         finally:
-            dense_call.cancel()  # a no-op once it runs; an exception above must not leave it queued
+            if dense_call is not None:
+                dense_call.cancel()  # a no-op once it runs; an exception above must not leave it queued
             waited = (time.perf_counter() - started) * 1000
             query.clock.stage_ms["search"] = round(query.clock.stage_ms.get("search", 0.0) + waited, 3)
         return dense, extra, sent, failed

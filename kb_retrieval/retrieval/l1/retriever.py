@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -31,6 +32,7 @@ from kb_retrieval.retrieval.l1.base import (
     IdSearchPath,
     L1Search,
     PathName,
+    SendIdsPath,
     VectorPath,
     one_version_per_source,
     rescored,
@@ -60,11 +62,12 @@ class PathFeatures:
 
     ``ids_only``: a dense search returning ids and scores only, the rows read by key (the sdk path); ``fetch``: a read
     by key with the vectors, to score chunks here; ``hybrid``: dense and BM25 in one call (for ``auto``, when both of
-    its paths can)."""
+    its paths can); ``sends``: the ids-only search sent ahead and answered later (the sdk path)."""
 
     ids_only: IdSearchPath | None
     fetch: FetchPath | None
     hybrid: HybridPath | None
+    sends: SendIdsPath | None
 
     @classmethod
     def of(cls, path: VectorPath) -> PathFeatures:
@@ -73,6 +76,7 @@ class PathFeatures:
             ids_only=path if isinstance(path, IdSearchPath) else None,
             fetch=path if isinstance(path, FetchPath) and supports(path, FetchPath) else None,
             hybrid=path if isinstance(path, HybridPath) and supports_hybrid(path) else None,
+            sends=path if isinstance(path, SendIdsPath) else None,
         )
 
 
@@ -195,7 +199,33 @@ class L1Retriever(BaseRetriever):
         if kept is None or kept.full or path is None:
             return self.path.search(embedding, limit, expr, timeout)
         started = time.monotonic()
-        hits = path.search_ids(embedding, limit, expr, timeout)
+        return self._with_rows(path, path.search_ids(embedding, limit, expr, timeout), kept, timeout, started)
+
+    def send(
+        self,
+        embedding: list[float],
+        category: str | None,
+        timeout: float,
+        scope: str | None,
+        kept: KeptChunks,
+    ) -> Callable[[], L1Search] | None:
+        """:meth:`search` (``top_k``, ids only, rows from ``kept``) sent now and answered by the call returned, which
+        waits for it; ``None`` where the search cannot be sent ahead (the memory plan, a path without ``send_ids``,
+        ``kept`` full): the caller then calls :meth:`search`. Lets a plan do its own work while Milvus searches,
+        with no thread between."""
+        path = self.features.sends
+        if path is None or kept.full or self.mirror_for(scope) is not None:
+            return None
+        started = time.monotonic()
+        answer = path.send_ids(
+            embedding, self.settings.retrieval.top_k, self.filter_expr(category, None, scope), timeout
+        )
+        return lambda: self._with_rows(path, answer(), kept, timeout, started)
+
+    def _with_rows(
+        self, path: IdSearchPath, hits: list[tuple[str, float]], kept: KeptChunks, timeout: float | None, started: float
+    ) -> L1Search:
+        """The candidates of an ids-only search's ``hits``: rows from ``kept``, the others read by key (and kept)."""
         read: dict[str, Candidate] = {}
         if missing := [chunk_id for chunk_id, _ in hits if kept.row(chunk_id) is None]:
             left = None if timeout is None else max(timeout - (time.monotonic() - started), MIN_CALL_S)

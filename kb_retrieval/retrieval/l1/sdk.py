@@ -7,6 +7,9 @@ on UNAVAILABLE, so the same client serves again once the server is back (tests/r
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 from llama_index.core.instrumentation import get_dispatcher
 from pymilvus import MilvusClient
@@ -62,17 +65,31 @@ class SdkPath:
         self, embedding: list[float], top_k: int, filter_expr: str | None, timeout: float | None = None
     ) -> list[tuple[str, float]]:
         """The hits' ids and raw scores only, best first: no field is read or sent back."""
-        hits = self.client.search(
-            self.settings.storage.collection,
-            data=[embedding],
-            limit=top_k,
-            filter=filter_expr or "",
-            output_fields=[],
-            anns_field=self.settings.schema_fields.vector_field,
-            search_params=search_params(self.settings, top_k),
-            timeout=self.settings.storage.milvus_search_timeout_s if timeout is None else timeout,
-        )[0]
-        return [(str(hit["id"]), float(hit["distance"])) for hit in hits]
+        return _ids_and_scores(self.client.search(**self._ids_request(embedding, top_k, filter_expr, timeout))[0])
+
+    def send_ids(
+        self, embedding: list[float], top_k: int, filter_expr: str | None, timeout: float | None = None
+    ) -> Callable[[], list[tuple[str, float]]]:
+        """:meth:`search_ids` sent now and answered later: the request leaves before this returns (gRPC's own
+        future, no thread of ours), and the call returned waits for the answer, at most ``timeout`` (the request's
+        gRPC deadline). The same request, so the same hits."""
+        request = self._ids_request(embedding, top_k, filter_expr, timeout)
+        future = self.client.search(**request, _async=True)
+        return lambda: _ids_and_scores(future.result()[0])
+
+    def _ids_request(
+        self, embedding: list[float], top_k: int, filter_expr: str | None, timeout: float | None
+    ) -> dict[str, Any]:
+        return {
+            "collection_name": self.settings.storage.collection,
+            "data": [embedding],
+            "limit": top_k,
+            "filter": filter_expr or "",
+            "output_fields": [],
+            "anns_field": self.settings.schema_fields.vector_field,
+            "search_params": search_params(self.settings, top_k),
+            "timeout": self.settings.storage.milvus_search_timeout_s if timeout is None else timeout,
+        }
 
     @dispatcher.span
     def read(self, filter_expr: str, timeout: float | None = None) -> list[Candidate]:
@@ -106,3 +123,7 @@ class SdkPath:
     ) -> tuple[L1Search, dict[str, np.ndarray]]:
         """The chunks ``filter_expr`` selects, read by key and scored here (:func:`.full_text.fetched_and_scored`)."""
         return fetched_and_scored(self.client, self.settings, embedding, filter_expr, timeout, "sdk")
+
+
+def _ids_and_scores(hits: Any) -> list[tuple[str, float]]:
+    return [(str(hit["id"]), float(hit["distance"])) for hit in hits]

@@ -67,9 +67,9 @@ class SearchOnly:
 def test_path_features_are_found_once_and_typed(sample_settings, lookup_with) -> None:
     client = lookup_with().client
     sdk, store = SdkPath(client, sample_settings), VectorStorePath(sample_settings)
-    assert PathFeatures.of(sdk) == PathFeatures(ids_only=sdk, fetch=sdk, hybrid=sdk)
-    assert PathFeatures.of(store) == PathFeatures(ids_only=None, fetch=store, hybrid=store)
+    assert PathFeatures.of(sdk) == PathFeatures(ids_only=sdk, fetch=sdk, hybrid=sdk, sends=sdk)
+    assert PathFeatures.of(store) == PathFeatures(ids_only=None, fetch=store, hybrid=store, sends=None)
     auto = AutoPath(store, sdk)
-    assert PathFeatures.of(auto) == PathFeatures(ids_only=None, fetch=auto, hybrid=auto)
+    assert PathFeatures.of(auto) == PathFeatures(ids_only=None, fetch=auto, hybrid=auto, sends=None)
     assert PathFeatures.of(AutoPath(store, SearchOnly())).hybrid is None  # auto has what both of its paths have
-    assert PathFeatures.of(SearchOnly()) == PathFeatures(ids_only=None, fetch=None, hybrid=None)
+    assert PathFeatures.of(SearchOnly()) == PathFeatures(ids_only=None, fetch=None, hybrid=None, sends=None)
