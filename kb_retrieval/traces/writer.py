@@ -22,11 +22,6 @@ WAIT_MARGIN_S = 0.25
 WRITERS = 4
 #: Rows a store holds for its writers at most (a few hundred KB); when full, a lookup waits up to ``timeout_s``.
 QUEUE_ROWS = 1000
-#: A row nobody waits for is written no sooner than this after it was queued: the lookup that made it gives its
-#: answer first. Written at once, the row's INSERT (~0.6 ms of Python) takes the GIL while that lookup's caller renders
-#: and sends the response: a served lookup then waited ~0.4 ms longer for it (docs/measurements.md, "The serve hop").
-#: A row's write never waits for a lookup: this only orders the two, and rows queued longer ago are written at once.
-WRITE_AFTER_S = 0.005
 
 
 class Job:
@@ -40,7 +35,6 @@ class Job:
         self.lock = threading.Lock()
         self.state: Literal["queued", "writing", "committing", "abandoned"] = "queued"
         self.error: Exception | None = None
-        self.queued_at = time.monotonic()
 
 
 class RowWriter:
@@ -153,8 +147,6 @@ class RowWriter:
     def _run(self) -> None:
         while (job := self._jobs.get()) is not None:
             try:
-                if job.detached:  # the lookup answers first (WRITE_AFTER_S); a waited-for row: at once
-                    time.sleep(max(0.0, job.queued_at + WRITE_AFTER_S - time.monotonic()))
                 self._write(job)
             finally:
                 self.settle(job)
