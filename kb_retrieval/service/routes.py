@@ -28,6 +28,7 @@ from kb_retrieval.retrieval.query_check import EmptyQueryError, normalize_query
 from kb_retrieval.service.alertmanager import alert_query
 from kb_retrieval.service.dependencies import HealthPool, Lookup, Runner, Serve
 from kb_retrieval.service.errors import ERRORS, TooManyAlertsError, log, one_line
+from kb_retrieval.service.json_body_route import JSONBodyRoute
 from kb_retrieval.service.models import (
     Alert,
     AlertmanagerPayload,
@@ -45,7 +46,7 @@ from kb_retrieval.traces import row_dict
 HEALTH_TIMEOUT_S = 5.0
 MAX_TRACE_ROWS = 500
 
-router = APIRouter()
+router = APIRouter(route_class=JSONBodyRoute)  # a well-formed lookup skips FastAPI's per-request work
 
 
 @router.get("/healthz", response_model=Health, responses={503: {"model": Health}})
