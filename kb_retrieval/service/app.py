@@ -84,8 +84,10 @@ def create_app(lookup: KnowledgeLookup, serve: ServeSettings | None = None) -> F
     app.add_middleware(HostCheckMiddleware, enforced=serve.checks_host(), allowed=serve.allowed_host_names())
     app.add_middleware(AccessLogMiddleware, stored_query=lookup.traces.stored_query)
     add_error_handlers(app)
-    app.include_router(page_router)  # the retrieval-test page and /docs, served whole (no CDN)
+    # The API before the page: a request tries the routes in order, and the lookups are the ones that count (the
+    # paths do not overlap, and /openapi.json lists the API's routes only, so the order changes no answer).
     app.include_router(api_router)
+    app.include_router(page_router)  # the retrieval-test page and /docs, served whole (no CDN)
     return app
 
 

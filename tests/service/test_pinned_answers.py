@@ -100,6 +100,17 @@ CASES: list[tuple[str, str, bytes, dict[str, str], str]] = [
     ("alertmanager-not-json", "/v1/alertmanager", b"{", JSON, ""),
 ]
 
+#: (name, method, path): which route answers (the order the app tries them in changes none of these).
+ROUTING: list[tuple[str, str, str]] = [
+    ("get-lookup", "GET", "/v1/lookup"),
+    ("post-healthz", "POST", "/healthz"),
+    ("get-page-lookup", "GET", "/page/lookup"),
+    ("post-page", "POST", "/"),
+    ("no-such-route", "POST", "/v1/nowhere"),
+    ("page", "GET", "/"),
+    ("docs", "GET", "/docs"),
+]
+
 
 class _EchoLookup:
     """Answers a lookup with what it was handed: the query, the overrides its variant was made with, the scope."""
@@ -131,13 +142,20 @@ def _answers(short_way: bool, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]
             answers["openapi.json"] = client.get("/openapi.json").content.decode()
             for name, path, body, headers, query in CASES:
                 response = client.post(f"{path}?{query}" if query else path, content=body, headers=headers)
-                answers[name] = {
-                    "status": response.status_code,
-                    "content-type": response.headers.get("content-type"),
-                    "retry-after": response.headers.get("retry-after"),
-                    "body": response.content.decode("utf-8", "backslashreplace"),
-                }
+                answers[name] = _seen(response)
+            for name, method, path in ROUTING:
+                answers[name] = _seen(client.request(method, path))
     return answers
+
+
+def _seen(response: Any) -> dict[str, Any]:
+    return {
+        "status": response.status_code,
+        "content-type": response.headers.get("content-type"),
+        "retry-after": response.headers.get("retry-after"),
+        "allow": response.headers.get("allow"),
+        "body": response.content.decode("utf-8", "backslashreplace"),
+    }
 
 
 def _check(answers: dict[str, Any], rewrite: bool = False) -> None:
