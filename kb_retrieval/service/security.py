@@ -10,7 +10,6 @@ import asyncio
 import hmac
 import json
 import logging
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -142,7 +141,10 @@ class BodyLimitMiddleware:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout_s
         while True:
-            message = await _receive_by(receive, deadline)
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                message = {"type": "timeout"}
             if message["type"] == "timeout":
                 await _send_error(
                     send, 408, f"request body not received within {self.timeout_s:g} s (KB_SERVER_BODY_TIMEOUT_S)"
@@ -166,19 +168,6 @@ class BodyLimitMiddleware:
             return await receive()  # after the body: the wait for a disconnect, as the app would have made it
 
         await self.app(scope, replay, send)
-
-
-async def _receive_by(receive: Receive, deadline: float) -> Message:
-    """The next ASGI message, or ``{"type": "timeout"}`` once the loop's clock passes ``deadline``. A timeout scope,
-    not ``wait_for``, where there is one (3.11+): Python 3.11's ``wait_for`` wraps ``receive()`` in a task, a turn
-    of the event loop more per request; a message already there is taken at once."""
-    try:
-        if sys.version_info >= (3, 11):
-            async with asyncio.timeout_at(deadline):
-                return await receive()
-        return await asyncio.wait_for(receive(), max(0.0, deadline - asyncio.get_running_loop().time()))
-    except (TimeoutError, asyncio.TimeoutError):  # one class from 3.11, two before
-        return {"type": "timeout"}
 
 
 class AccessLogMiddleware:
