@@ -1,5 +1,6 @@
 """The JSON API's routes, thin over the :class:`~kb_retrieval.service.runner.LookupRunner`; what each needs (the
-runner, the lookup, the server's settings) is injected by ``Depends`` from ``app.state`` (``dependencies.py``).
+runner, the lookup, the server's settings) is injected by ``Depends`` from ``app.state`` (``dependencies.py``). The
+router's route class (``json_body_route.py``) answers a well-formed JSON lookup without FastAPI's per-request work.
 
     GET  /healthz           200 with the collection, chunk count and lexical mode; 503 with the reason
     POST /v1/lookup         one lookup: the JSON ``lookup --json`` prints (or, ``Accept: text/plain``, the text)
