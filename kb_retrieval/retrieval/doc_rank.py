@@ -214,36 +214,40 @@ class DocumentRanker(BaseNodePostprocessor):
                 missing,
             )
             return nodes
-        # The signals of non-zero weight, by their place in SIGNALS: a node's values are a tuple in that order.
-        weighted = [(k, i, wk) for i, k in enumerate(SIGNALS) if (wk := self.weights.get(k, 0.0))]
-        # The hit reason's detail, formatted from the similarities' tuple (title, summary, text, static, title's).
-        detail_format = "title {0:.3f} summary {1:.3f} text {2:.3f}"
-        if vectors.static_model is not None:
-            detail_format += " static {3:.3f}"
-        if vectors.static_titles is not None:
-            detail_format += " weighted title {4:.3f}"
-        detail_format += f"; weights: {self.mixture}".replace("{", "{{").replace("}", "}}") if self.mixture else ""
+        weighted = [(k, wk) for k in SIGNALS if (wk := self.weights.get(k, 0.0))]  # the others contribute nothing
+        with_static, with_static_title = vectors.static_model is not None, vectors.static_titles is not None
+        weights_note = f"; weights: {self.mixture}" if self.mixture else ""
         content: dict[str, float] = {}
         for node, stage in staged:
-            sim = sims[stage.candidate.source]
-            content[node.node.node_id] = sim[2]
+            title, summary, text, static, static_title = sims[stage.candidate.source]
+            content[node.node.node_id] = text
             record = stage.rerank
             if record is None:
                 base = stage.candidate.similarity
                 record = stage.rerank = RerankRecord(base_score=base, evidence_score=float(node.score or base))
             boosts = record.boosts
-            values = (  # in SIGNALS order
-                *sim,
-                record.base_score,
-                boosts.get(_LEXICAL, 0.0),
-                boosts.get(_TITLE_TERMS, 0.0),
-                l0_signal(boosts),
-                boosts.get(_DOC_FOCUS, 0.0),
-                boosts.get(_EXACT_MATCH, 0.0),
-            )
-            record.ranking = ranking = {k: round(wk * v, 6) for k, i, wk in weighted if (v := values[i])}
-            record.hit_reasons.append(HitReason(kind=HitKind.L1_DOCUMENT, detail=detail_format.format(*sim)))
-            node.score = round(sum(ranking.values()), 6)
+            signals = {
+                "doc_title": title,
+                "doc_summary": summary,
+                "doc_text": text,
+                "doc_static": static,
+                "doc_static_title": static_title,
+                "chunk": record.base_score,
+                "lexical": boosts.get(_LEXICAL, 0.0),
+                "title_terms": boosts.get(_TITLE_TERMS, 0.0),
+                "l0": l0_signal(boosts),
+                "doc_focus": boosts.get(_DOC_FOCUS, 0.0),
+                "exact_match": boosts.get(_EXACT_MATCH, 0.0),
+            }
+            record.ranking = _contributions(weighted, signals)
+            detail = f"title {title:.3f} summary {summary:.3f} text {text:.3f}"
+            if with_static:
+                detail += f" static {static:.3f}"
+            if with_static_title:
+                detail += f" weighted title {static_title:.3f}"
+            detail += weights_note
+            record.hit_reasons.append(HitReason(kind=HitKind.L1_DOCUMENT, detail=detail))
+            node.score = round(sum(record.ranking.values()), 6)
             write_stage(node, stage)
         ranked = sorted(nodes, key=rank_key)
         return self._interleaved(ranked, content) if self.content_interleave else ranked
@@ -306,6 +310,12 @@ def interleave_by_content(ranked: list[str], content: dict[str, float], lead: in
                     placed.add(i)
                     break
     return out
+
+
+def _contributions(weighted: list[tuple[str, float]], signals: dict[str, float]) -> dict[str, float]:
+    """Signal -> weight x value, for the signals of non-zero weight (``weighted``, in :data:`SIGNALS` order) and
+    non-zero value: a node's ``RerankRecord.ranking``, which sums to its score."""
+    return {k: round(wk * v, 6) for k, wk in weighted if (v := signals[k])}
 
 
 def l0_signal(boosts: dict[str, float]) -> float:
