@@ -372,6 +372,9 @@ class KnowledgeLookup:
             )
         with clock("sidecar"):
             sidecar_run = job.collect() if job else None
+        # The result took a copy of the clocks while it was assembled: the stages timed since (assemble, the
+        # sidecar's collect) are added, so they add up to elapsed_ms.
+        result.stage_ms.update(clock.stage_ms)
         result.elapsed_ms = round((time.perf_counter() - started) * 1000, 3)
         with clock("trace_write"):
             result.trace_recorded = self._record(query, result, sidecar_run)

@@ -425,7 +425,7 @@ def test_lexical_rescore_min_limits_the_second_search(sample_settings, embed_mod
 
 def test_stage_timings_cover_every_stage_including_the_trace_write(sample_lookup):
     result = sample_lookup.lookup(ALERT)
-    assert {"query_transform", "embed", "search", "rerank", "pack", "trace_write"} <= set(result.stage_ms)
+    assert {"query_transform", "embed", "search", "rerank", "pack", "assemble", "trace_write"} <= set(result.stage_ms)
     assert all(ms >= 0 for ms in result.stage_ms.values())
     assert "trace_write" not in _details(sample_lookup)["stage_ms"]  # written before its own write was timed
 

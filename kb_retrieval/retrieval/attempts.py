@@ -98,6 +98,10 @@ class AttemptRunner:
         """The attempts of one lookup. ``known_documents``: how many documents the lookup's state says the
         collection holds (0: unknown); an unfiltered search that answers no candidates then is a failed search
         (a server still loading after a restart, a released collection), not an empty knowledge base."""
+        # The attempts' own bookkeeping and the lookup's identifiers count as the stage ``attempt`` (as each attempt's
+        # beyond its stages does, see _timed_attempt): the stages add up to the lookup.
+        stages_before = sum(clock.stage_ms.values())
+        t0 = time.perf_counter()
         category = query.category_filter
         # The query's identifiers, looked up once: every attempt's search reads them from the query.
         query = replace(query, identifiers=self.hybrid.identifiers(query.query_str))
@@ -122,6 +126,7 @@ class AttemptRunner:
                 outcome.attempts.append(second)
             settled = outcome.selected or outcome.attempts[-1]
             retrieved(settled.nodes)
+        _add_own_time(clock, t0, stages_before)
         return outcome
 
     def _timed_attempt(
@@ -140,9 +145,7 @@ class AttemptRunner:
         stages_before = sum(clock.stage_ms.values())
         t0 = time.perf_counter()
         result = self.attempt(number, query, embedding, category, deadline, clock, known_documents=known_documents)
-        inside = sum(clock.stage_ms.values()) - stages_before
-        own = (time.perf_counter() - t0) * 1000 - inside
-        clock.stage_ms["attempt"] = round(clock.stage_ms.get("attempt", 0.0) + own, 3)
+        _add_own_time(clock, t0, stages_before)
         return result
 
     def _search(
@@ -273,6 +276,14 @@ class AttemptRunner:
             trace.outcome = "ok"
         trace.elapsed_ms = round((time.perf_counter() - t0) * 1000, 3)
         return AttemptResult(trace, nodes, blocks)
+
+
+def _add_own_time(clock: StageClock, t0: float, stages_before: float) -> None:
+    """Add to the stage ``attempt`` the milliseconds since ``t0`` that no stage timed since (``stages_before``: the
+    sum of the clock's stages at ``t0``)."""
+    inside = sum(clock.stage_ms.values()) - stages_before
+    own = (time.perf_counter() - t0) * 1000 - inside
+    clock.stage_ms["attempt"] = round(clock.stage_ms.get("attempt", 0.0) + own, 3)
 
 
 def _low_quality(top_similarity: float | None, category: str, query: LookupQuery, settings: KBSettings) -> str | None:
