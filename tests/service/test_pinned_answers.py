@@ -162,11 +162,18 @@ def _seen(response: Any) -> dict[str, Any]:
 
 #: What is pinned of each answer: ours, not the wording of FastAPI's or pydantic's messages.
 PINNED = ("status", "content-type", "retry-after", "allow")
+#: Cases whose status is FastAPI's choice and moves with its version (0.115 reads a body without a content type as
+#: JSON, later releases refuse it with 422): compared with FastAPI's own handler only, not pinned.
+FASTAPIS_OWN = {"no-content-type"}
 
 
 def _check(answers: dict[str, Any], rewrite: bool = False) -> None:
     pinned = PINS / "answers.json"
-    cases = {name: {key: answer[key] for key in PINNED} for name, answer in answers.items() if name != "openapi.json"}
+    cases = {
+        name: {key: answer[key] for key in PINNED}
+        for name, answer in answers.items()
+        if name != "openapi.json" and name not in FASTAPIS_OWN
+    }
     if rewrite:
         PINS.mkdir(exist_ok=True)
         pinned.write_text(json.dumps(cases, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
