@@ -56,7 +56,7 @@ from kb_retrieval.retrieval.hybrid import LookupQuery, choose_lexical_mode
 from kb_retrieval.retrieval.l1 import VectorPath, make_path
 from kb_retrieval.retrieval.l1.memory import choose_plan
 from kb_retrieval.retrieval.query_transform import transform_query
-from kb_retrieval.retrieval.scope import scope_expr
+from kb_retrieval.retrieval.scope import Scope, scope_of
 from kb_retrieval.retrieval.stage import stage_of
 from kb_retrieval.retrieval.templates import without_placeholders
 from kb_retrieval.retrieval.timing import StageClock
@@ -280,6 +280,12 @@ class KnowledgeLookup:
     def scope_expr(self, filters: MetadataFilters | None) -> str | None:
         """``filters`` as the Milvus expression every request of a lookup carries (:mod:`.retrieval.scope`); raises
         ``ScopeFilterError`` for an operator it cannot translate or a key the collection does not have."""
+        scope = self.scope_of(filters)
+        return scope.expr if scope is not None else None
+
+    def scope_of(self, filters: MetadataFilters | None) -> Scope | None:
+        """``filters`` as a lookup's :class:`~kb_retrieval.retrieval.scope.Scope` (its expression, and the field
+        tests the memory plan's mirror evaluates when it can); raises as :meth:`scope_expr`."""
         s = self.settings
         scalar = {
             name: f
@@ -289,7 +295,7 @@ class KnowledgeLookup:
         scalar |= {
             f: f for f in (s.schema_fields.id_field, s.schema_fields.category_field, s.schema_fields.source_field) if f
         }
-        return scope_expr(
+        return scope_of(
             filters,
             scalar=scalar,
             json_field=s.schema_fields.metadata_field,
@@ -315,7 +321,7 @@ class KnowledgeLookup:
 
     def _lookup(self, query: str, filters: MetadataFilters | None, deadline: Deadline | None = None) -> LookupDetails:
         """The pipeline, under the span of the face that called it (``lookup`` or ``lookup_detailed``: one each)."""
-        scope = self.scope_expr(filters)
+        scope = self.scope_of(filters)
         started = time.perf_counter()
         deadline = deadline or Deadline.after(self.settings.retrieval.lookup_timeout_s)
         clock = StageClock()  # every part of the lookup is under one of its stages: they add up to elapsed_ms
