@@ -180,7 +180,9 @@ class KnowledgeLookup:
         # The comparison runner (the sidecar) is known only through the protocol in kb_retrieval.sidecar_protocol.
         self.sidecar = sidecar
         if path is None:  # a search path of the caller's own (a fake, a proxy) is not the knowledge base to learn
-            self._teach_ranking()
+            self._teaching = threading.Lock()
+            self._teach_ranking(self._holder.current)
+            self._holder.on_reload = self._teach_beside
         if self.sidecar is None and self.settings.sidecar.enabled:
             self.sidecar = load_runner(self.settings.sidecar.factory, self.settings, self.embed_model)
 
@@ -198,12 +200,21 @@ class KnowledgeLookup:
 
     # --- state and pipeline ---------------------------------------------------------------------------
 
-    def _teach_ranking(self) -> None:
+    def _teach_ranking(self, state: RetrievalState) -> None:
         """An index version opened for the first time teaches the document ranking its mixture (stored by version;
-        kb_retrieval.indexing.rank_teach), and the state uses it."""
-        state = self._holder.current
-        if state.rank_fit is None and (fit := teach_ranking(self)) is not None:
-            self._holder.publish(dataclasses.replace(state, rank_fit=fit))
+        kb_retrieval.indexing.rank_teach), and ``state`` is published again with it, unless a reload replaced it
+        meanwhile (that version is taught in turn)."""
+        with self._teaching:
+            if state.rank_fit is not None or self._holder.current is not state:
+                return
+            if (fit := teach_ranking(self)) is not None and self._holder.current is state:
+                self._holder.publish(dataclasses.replace(state, rank_fit=fit))
+
+    def _teach_beside(self, state: RetrievalState) -> None:
+        """A version a reload published without a stored fit is taught on a thread of its own: lookups go on (with
+        the configured weights) meanwhile and rank with the fit once it is published."""
+        if state.rank_fit is None:
+            threading.Thread(target=self._teach_ranking, args=(state,), name="kb-rank-teach", daemon=True).start()
 
     def _build_pipeline(self, state: RetrievalState) -> Pipeline:
         return Pipeline.build(self.settings, state, self._resources, callback_manager=self._callback_manager)

@@ -5,9 +5,10 @@ up through the whole pipeline, its own chunk left out by a scope, with every ran
 ranker's record holds its raw signals (read from its ``CBEventType.RERANKING`` event, the way a LlamaIndex callback
 user would); :func:`~kb_retrieval.retrieval.rank_fit.choose` picks the mixture, and it is stored beside the state,
 under the index version it was taught on. :class:`~kb_retrieval.engine.KnowledgeLookup` teaches it when it first
-opens a version that has none (a few seconds to a minute: one lookup per pseudo-query); a later load of that
-version reads it (:func:`kb_retrieval.retrieval.rank_fit.load_fit`). A version published to a running lookup by a
-reload keeps the configured weights until a process opens it again.
+opens a version that has none (one lookup per pseudo-query, on the memory plan where there is one: the scope that
+leaves a chunk out is a row mask there); a later load of that version reads it
+(:func:`kb_retrieval.retrieval.rank_fit.load_fit`). A version a reload publishes to a running lookup reads its stored
+fit, or is taught on a thread of its own, its lookups ranking with the configured weights until the fit is published.
 
 Example:
     >>> fit = teach_ranking(lookup)  # doctest: +SKIP
@@ -181,6 +182,9 @@ def teach_ranking(lookup: Any) -> RankFit | None:
         if sum(1 for c in cases if c.candidates) < scoring.fit_min_queries:
             # Lookups that find nothing teach nothing (a path that answers no search): no fit, nothing stored.
             log.warning("document ranking fit not taught: too few pseudo-queries found anything")
+            return None
+        if lookup.state.index_version != version:  # a reload during the lookups: they are not all of one version
+            log.info("document ranking fit not taught: the index version changed while it was taught")
             return None
         fit = choose(cases, configured, index_version=version, min_queries=scoring.fit_min_queries)
     try:
