@@ -181,6 +181,8 @@ class KnowledgeLookup:
         self.sidecar = sidecar
         if path is None:  # a search path of the caller's own (a fake, a proxy) is not the knowledge base to learn
             self._teaching = threading.Lock()
+            self._stop_teaching = threading.Event()  # set by close: a version being taught beside stops there
+            self._teacher: threading.Thread | None = None
             self._teach_ranking(self._holder.current)
             self._holder.on_reload = self._teach_beside
         if self.sidecar is None and self.settings.sidecar.enabled:
@@ -207,14 +209,17 @@ class KnowledgeLookup:
         with self._teaching:
             if state.rank_fit is not None or self._holder.current is not state:
                 return
-            if (fit := teach_ranking(self)) is not None and self._holder.current is state:
+            if (fit := teach_ranking(self, self._stop_teaching)) is not None and self._holder.current is state:
                 self._holder.publish(dataclasses.replace(state, rank_fit=fit))
 
     def _teach_beside(self, state: RetrievalState) -> None:
         """A version a reload published without a stored fit is taught on a thread of its own: lookups go on (with
         the configured weights) meanwhile and rank with the fit once it is published."""
-        if state.rank_fit is None:
-            threading.Thread(target=self._teach_ranking, args=(state,), name="kb-rank-teach", daemon=True).start()
+        if state.rank_fit is None and not self._stop_teaching.is_set():
+            self._teacher = threading.Thread(
+                target=self._teach_ranking, args=(state,), name="kb-rank-teach", daemon=True
+            )
+            self._teacher.start()
 
     def _build_pipeline(self, state: RetrievalState) -> Pipeline:
         return Pipeline.build(self.settings, state, self._resources, callback_manager=self._callback_manager)
@@ -480,4 +485,7 @@ class KnowledgeLookup:
         return make_lookup_tool(self, **kwargs)
 
     def close(self) -> None:
+        if (teacher := getattr(self, "_teacher", None)) is not None:  # no teaching outlives the lookup object
+            self._stop_teaching.set()
+            teacher.join(timeout=self.settings.retrieval.lookup_timeout_s)
         self.traces.close()

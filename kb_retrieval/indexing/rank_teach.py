@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from llama_index.core.callbacks.base import CallbackManager
@@ -86,6 +87,10 @@ class KnowledgeBaseUnavailable(RuntimeError):
     """A lookup of the fit could not search the knowledge base (an outage): no fit is taught from it."""
 
 
+class TeachingStopped(RuntimeError):
+    """The lookup object was closed while a version was taught: no fit is taught."""
+
+
 class _NoTraces:
     def record(self, *args: Any, **kwargs: Any) -> bool:
         return False
@@ -117,10 +122,13 @@ def section_rows(client: Any, settings: KBSettings) -> list[SectionRow]:
     return rows
 
 
-def ranker_signals(lookup: Any, texts: list[str], left_out: list[str] | None = None) -> list[PseudoCase | None]:
+def ranker_signals(
+    lookup: Any, texts: list[str], left_out: list[str] | None = None, stop: threading.Event | None = None
+) -> list[PseudoCase | None]:
     """Each text looked up (with the chunk of ``left_out`` at the same index left out by a scope, when given) with
     every ranking weight 1: the candidates in retrieval's order with the ranker's raw signals, as a
-    :class:`PseudoCase` with no answer (``source`` ""); ``None`` when the lookup found nothing. No trace is written."""
+    :class:`PseudoCase` with no answer (``source`` ""); ``None`` when the lookup found nothing. No trace is written.
+    Raises :class:`TeachingStopped` once ``stop`` is set."""
     from kb_retrieval.retrieval.doc_rank import DocumentRanker
 
     handler = _RankerSignals(DocumentRanker.class_name())
@@ -130,6 +138,8 @@ def ranker_signals(lookup: Any, texts: list[str], left_out: list[str] | None = N
     unit.traces, unit.sidecar = _NoTraces(), None  # the knowledge base's own questions are no tool calls
     out: list[PseudoCase | None] = []
     for i, text in enumerate(texts):
+        if stop is not None and stop.is_set():
+            raise TeachingStopped("the lookup was closed")
         handler.last = []
         chunk = left_out[i] if left_out else ""
         scope = (
@@ -149,16 +159,16 @@ def ranker_signals(lookup: Any, texts: list[str], left_out: list[str] | None = N
     return out
 
 
-def collect(lookup: Any, queries: list[PseudoQuery]) -> list[PseudoCase]:
+def collect(lookup: Any, queries: list[PseudoQuery], stop: threading.Event | None = None) -> list[PseudoCase]:
     """Each pseudo-query looked up with its own chunk left out; its answer, candidates and their raw signals."""
-    cases = ranker_signals(lookup, [q.text for q in queries], [q.chunk_id for q in queries])
+    cases = ranker_signals(lookup, [q.text for q in queries], [q.chunk_id for q in queries], stop)
     return [PseudoCase(q.source, c.candidates if c else []) for q, c in zip(queries, cases, strict=True)]
 
 
-def teach_ranking(lookup: Any) -> RankFit | None:
+def teach_ranking(lookup: Any, stop: threading.Event | None = None) -> RankFit | None:
     """The ranking fit of ``lookup``'s current index version (a :class:`~kb_retrieval.engine.KnowledgeLookup`): the
     stored one, else taught now and stored. ``None`` when the fit is off (``fit_ranking``, ``fit_queries`` 0) or
-    document ranking is."""
+    document ranking is, or when ``stop`` is set while it is taught."""
     settings = lookup.settings
     scoring = settings.scoring
     if not (settings.retrieval.document_ranking and scoring.fit_ranking and scoring.fit_queries):
@@ -175,7 +185,10 @@ def teach_ranking(lookup: Any) -> RankFit | None:
         fit = RankFit(version, configured, configured.get("chunk", 0.0), 1.0, len(queries), reason)
     else:
         try:
-            cases = collect(lookup, queries)
+            cases = collect(lookup, queries, stop)
+        except TeachingStopped:
+            log.info("document ranking fit not taught: the lookup was closed")
+            return None
         except KnowledgeBaseUnavailable as exc:
             log.warning("document ranking fit not taught (the knowledge base could not be searched: %s)", exc)
             return None
