@@ -56,7 +56,7 @@ from kb_retrieval.retrieval.hybrid import LookupQuery, choose_lexical_mode
 from kb_retrieval.retrieval.l1 import VectorPath, make_path
 from kb_retrieval.retrieval.l1.memory import choose_plan
 from kb_retrieval.retrieval.query_transform import transform_query
-from kb_retrieval.retrieval.scope import scope_expr
+from kb_retrieval.retrieval.scope import Scope, scope_of
 from kb_retrieval.retrieval.stage import stage_of
 from kb_retrieval.retrieval.templates import without_placeholders
 from kb_retrieval.retrieval.timing import StageClock
@@ -180,7 +180,11 @@ class KnowledgeLookup:
         # The comparison runner (the sidecar) is known only through the protocol in kb_retrieval.sidecar_protocol.
         self.sidecar = sidecar
         if path is None:  # a search path of the caller's own (a fake, a proxy) is not the knowledge base to learn
-            self._teach_ranking()
+            self._teaching = threading.Lock()
+            self._stop_teaching = threading.Event()  # set by close: a version being taught beside stops there
+            self._teacher: threading.Thread | None = None
+            self._teach_ranking(self._holder.current)
+            self._holder.on_reload = self._teach_beside
         if self.sidecar is None and self.settings.sidecar.enabled:
             self.sidecar = load_runner(self.settings.sidecar.factory, self.settings, self.embed_model)
 
@@ -198,12 +202,24 @@ class KnowledgeLookup:
 
     # --- state and pipeline ---------------------------------------------------------------------------
 
-    def _teach_ranking(self) -> None:
+    def _teach_ranking(self, state: RetrievalState) -> None:
         """An index version opened for the first time teaches the document ranking its mixture (stored by version;
-        kb_retrieval.indexing.rank_teach), and the state uses it."""
-        state = self._holder.current
-        if state.rank_fit is None and (fit := teach_ranking(self)) is not None:
-            self._holder.publish(dataclasses.replace(state, rank_fit=fit))
+        kb_retrieval.indexing.rank_teach), and ``state`` is published again with it, unless a reload replaced it
+        meanwhile (that version is taught in turn)."""
+        with self._teaching:
+            if state.rank_fit is not None or self._holder.current is not state:
+                return
+            if (fit := teach_ranking(self, self._stop_teaching)) is not None and self._holder.current is state:
+                self._holder.publish(dataclasses.replace(state, rank_fit=fit))
+
+    def _teach_beside(self, state: RetrievalState) -> None:
+        """A version a reload published without a stored fit is taught on a thread of its own: lookups go on (with
+        the configured weights) meanwhile and rank with the fit once it is published."""
+        if state.rank_fit is None and not self._stop_teaching.is_set():
+            self._teacher = threading.Thread(
+                target=self._teach_ranking, args=(state,), name="kb-rank-teach", daemon=True
+            )
+            self._teacher.start()
 
     def _build_pipeline(self, state: RetrievalState) -> Pipeline:
         return Pipeline.build(self.settings, state, self._resources, callback_manager=self._callback_manager)
@@ -280,6 +296,12 @@ class KnowledgeLookup:
     def scope_expr(self, filters: MetadataFilters | None) -> str | None:
         """``filters`` as the Milvus expression every request of a lookup carries (:mod:`.retrieval.scope`); raises
         ``ScopeFilterError`` for an operator it cannot translate or a key the collection does not have."""
+        scope = self.scope_of(filters)
+        return scope.expr if scope is not None else None
+
+    def scope_of(self, filters: MetadataFilters | None) -> Scope | None:
+        """``filters`` as a lookup's :class:`~kb_retrieval.retrieval.scope.Scope` (its expression, and the field
+        tests the memory plan's mirror evaluates when it can); raises as :meth:`scope_expr`."""
         s = self.settings
         scalar = {
             name: f
@@ -289,7 +311,7 @@ class KnowledgeLookup:
         scalar |= {
             f: f for f in (s.schema_fields.id_field, s.schema_fields.category_field, s.schema_fields.source_field) if f
         }
-        return scope_expr(
+        return scope_of(
             filters,
             scalar=scalar,
             json_field=s.schema_fields.metadata_field,
@@ -315,7 +337,7 @@ class KnowledgeLookup:
 
     def _lookup(self, query: str, filters: MetadataFilters | None, deadline: Deadline | None = None) -> LookupDetails:
         """The pipeline, under the span of the face that called it (``lookup`` or ``lookup_detailed``: one each)."""
-        scope = self.scope_expr(filters)
+        scope = self.scope_of(filters)
         started = time.perf_counter()
         deadline = deadline or Deadline.after(self.settings.retrieval.lookup_timeout_s)
         clock = StageClock()  # every part of the lookup is under one of its stages: they add up to elapsed_ms
@@ -466,4 +488,7 @@ class KnowledgeLookup:
         return make_lookup_tool(self, **kwargs)
 
     def close(self) -> None:
+        if (teacher := getattr(self, "_teacher", None)) is not None:  # no teaching outlives the lookup object
+            self._stop_teaching.set()
+            teacher.join(timeout=self.settings.retrieval.lookup_timeout_s)
         self.traces.close()

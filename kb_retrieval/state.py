@@ -23,7 +23,7 @@ import dataclasses
 import gc
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -266,6 +266,8 @@ class StateHolder:
         self._loader = loader
         self.current: RetrievalState = loader.load()
         self._freshness = FreshnessCheck(self._reload_if_changed, interval_s)
+        #: Told of each state a reload publishes, on the freshness check's thread (it must hand long work on).
+        self.on_reload: Callable[[RetrievalState], None] | None = None
 
     def refresh(self, *, force: bool = False, deadline: Deadline | None = None) -> bool:
         """Reload when another process's ingest changed the index version (checked at most every ``interval_s``, off
@@ -286,8 +288,10 @@ class StateHolder:
             if not force and (current == state.index_version or (not current and state.index_version)):
                 return False
             log.info("index version changed (%s -> %s): reloading the retrieval state", state.index_version, current)
-            self.publish(loader.load(state))
+            self.publish(loaded := loader.load(state))
         except Exception as exc:
             log.warning("refreshing the retrieval state failed (kept the previous one): %s", exc)
             return False
+        if self.on_reload is not None:
+            self.on_reload(loaded)
         return True

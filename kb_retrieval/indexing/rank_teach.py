@@ -5,9 +5,10 @@ up through the whole pipeline, its own chunk left out by a scope, with every ran
 ranker's record holds its raw signals (read from its ``CBEventType.RERANKING`` event, the way a LlamaIndex callback
 user would); :func:`~kb_retrieval.retrieval.rank_fit.choose` picks the mixture, and it is stored beside the state,
 under the index version it was taught on. :class:`~kb_retrieval.engine.KnowledgeLookup` teaches it when it first
-opens a version that has none (a few seconds to a minute: one lookup per pseudo-query); a later load of that
-version reads it (:func:`kb_retrieval.retrieval.rank_fit.load_fit`). A version published to a running lookup by a
-reload keeps the configured weights until a process opens it again.
+opens a version that has none (one lookup per pseudo-query, on the memory plan where there is one: the scope that
+leaves a chunk out is a row mask there); a later load of that version reads it
+(:func:`kb_retrieval.retrieval.rank_fit.load_fit`). A version a reload publishes to a running lookup reads its stored
+fit, or is taught on a thread of its own, its lookups ranking with the configured weights until the fit is published.
 
 Example:
     >>> fit = teach_ranking(lookup)  # doctest: +SKIP
@@ -18,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from llama_index.core.callbacks.base import CallbackManager
@@ -85,6 +87,10 @@ class KnowledgeBaseUnavailable(RuntimeError):
     """A lookup of the fit could not search the knowledge base (an outage): no fit is taught from it."""
 
 
+class TeachingStopped(RuntimeError):
+    """The lookup object was closed while a version was taught: no fit is taught."""
+
+
 class _NoTraces:
     def record(self, *args: Any, **kwargs: Any) -> bool:
         return False
@@ -116,10 +122,13 @@ def section_rows(client: Any, settings: KBSettings) -> list[SectionRow]:
     return rows
 
 
-def ranker_signals(lookup: Any, texts: list[str], left_out: list[str] | None = None) -> list[PseudoCase | None]:
+def ranker_signals(
+    lookup: Any, texts: list[str], left_out: list[str] | None = None, stop: threading.Event | None = None
+) -> list[PseudoCase | None]:
     """Each text looked up (with the chunk of ``left_out`` at the same index left out by a scope, when given) with
     every ranking weight 1: the candidates in retrieval's order with the ranker's raw signals, as a
-    :class:`PseudoCase` with no answer (``source`` ""); ``None`` when the lookup found nothing. No trace is written."""
+    :class:`PseudoCase` with no answer (``source`` ""); ``None`` when the lookup found nothing. No trace is written.
+    Raises :class:`TeachingStopped` once ``stop`` is set."""
     from kb_retrieval.retrieval.doc_rank import DocumentRanker
 
     handler = _RankerSignals(DocumentRanker.class_name())
@@ -129,6 +138,8 @@ def ranker_signals(lookup: Any, texts: list[str], left_out: list[str] | None = N
     unit.traces, unit.sidecar = _NoTraces(), None  # the knowledge base's own questions are no tool calls
     out: list[PseudoCase | None] = []
     for i, text in enumerate(texts):
+        if stop is not None and stop.is_set():
+            raise TeachingStopped("the lookup was closed")
         handler.last = []
         chunk = left_out[i] if left_out else ""
         scope = (
@@ -148,16 +159,16 @@ def ranker_signals(lookup: Any, texts: list[str], left_out: list[str] | None = N
     return out
 
 
-def collect(lookup: Any, queries: list[PseudoQuery]) -> list[PseudoCase]:
+def collect(lookup: Any, queries: list[PseudoQuery], stop: threading.Event | None = None) -> list[PseudoCase]:
     """Each pseudo-query looked up with its own chunk left out; its answer, candidates and their raw signals."""
-    cases = ranker_signals(lookup, [q.text for q in queries], [q.chunk_id for q in queries])
+    cases = ranker_signals(lookup, [q.text for q in queries], [q.chunk_id for q in queries], stop)
     return [PseudoCase(q.source, c.candidates if c else []) for q, c in zip(queries, cases, strict=True)]
 
 
-def teach_ranking(lookup: Any) -> RankFit | None:
+def teach_ranking(lookup: Any, stop: threading.Event | None = None) -> RankFit | None:
     """The ranking fit of ``lookup``'s current index version (a :class:`~kb_retrieval.engine.KnowledgeLookup`): the
     stored one, else taught now and stored. ``None`` when the fit is off (``fit_ranking``, ``fit_queries`` 0) or
-    document ranking is."""
+    document ranking is, or when ``stop`` is set while it is taught."""
     settings = lookup.settings
     scoring = settings.scoring
     if not (settings.retrieval.document_ranking and scoring.fit_ranking and scoring.fit_queries):
@@ -174,13 +185,19 @@ def teach_ranking(lookup: Any) -> RankFit | None:
         fit = RankFit(version, configured, configured.get("chunk", 0.0), 1.0, len(queries), reason)
     else:
         try:
-            cases = collect(lookup, queries)
+            cases = collect(lookup, queries, stop)
+        except TeachingStopped:
+            log.info("document ranking fit not taught: the lookup was closed")
+            return None
         except KnowledgeBaseUnavailable as exc:
             log.warning("document ranking fit not taught (the knowledge base could not be searched: %s)", exc)
             return None
         if sum(1 for c in cases if c.candidates) < scoring.fit_min_queries:
             # Lookups that find nothing teach nothing (a path that answers no search): no fit, nothing stored.
             log.warning("document ranking fit not taught: too few pseudo-queries found anything")
+            return None
+        if lookup.state.index_version != version:  # a reload during the lookups: they are not all of one version
+            log.info("document ranking fit not taught: the index version changed while it was taught")
             return None
         fit = choose(cases, configured, index_version=version, min_queries=scoring.fit_min_queries)
     try:

@@ -166,7 +166,7 @@ class AttemptRunner:
                 category,
                 deadline,
                 clock.stage_ms,
-                scope=None,
+                scope=query.scope,
                 identifiers=query.identifiers,
             )
         stages: dict[str, float] = {}  # the worker's own: a search given up on must not write into this lookup's

@@ -25,7 +25,7 @@ frequency (:mod:`kb_retrieval.retrieval.exact`, in memory in both modes).
 How a search runs is chosen once, when the pipeline is built: one plan per way (:mod:`kb_retrieval.retrieval.l1.plans`:
 the memory plan's mirror, BM25 in Milvus' own call, the dense search in Milvus with BM25 in process); ``search``
 computes the query's exact identifiers and hands the query to the plan, the memory plan's unless the caller's scope
-sends it to Milvus.
+is one only Milvus evaluates.
 
 ``search`` is the pipeline's call (embedding, filter and deadline given; what happened is returned for the trace).
 ``retrieve`` is the ordinary face: a :class:`LookupQuery` carries the lookup's context (its transform, hence the
@@ -57,6 +57,7 @@ from kb_retrieval.retrieval.exact import ExactIdentifierIndex, IdentifierScan
 from kb_retrieval.retrieval.l1.base import supports_hybrid
 from kb_retrieval.retrieval.l1.plans import HybridSearch, L1Plan, PlanQuery, build_plans
 from kb_retrieval.retrieval.l1.retriever import KeptChunks, L1Retriever
+from kb_retrieval.retrieval.scope import Scope
 from kb_retrieval.retrieval.timing import StageClock
 
 log = logging.getLogger(__name__)
@@ -88,8 +89,8 @@ class LookupQuery(QueryBundle):
     transform: QueryTransform | None = None
     category_filter: str | None = None
     deadline: Deadline | None = None
-    #: The caller's scope as a Milvus expression (:mod:`kb_retrieval.retrieval.scope`): on every request.
-    scope: str | None = None
+    #: The caller's scope (:mod:`kb_retrieval.retrieval.scope`): on every request.
+    scope: Scope | None = None
     #: The query's identifiers (:meth:`HybridRetriever.identifiers`) when the lookup has them (it looks them up once
     #: for all its attempts, and for the names no document holds); None: the search looks them up.
     identifiers: IdentifierScan | None = None
@@ -132,7 +133,7 @@ class HybridRetriever(BaseRetriever):
         plans = build_plans(dense, lexical, self.kept, self.lexical_mode, mirrored=mirrored)
         self.memory_plan, self.milvus_plan = plans
 
-    def plan_for(self, scope: str | None) -> L1Plan:
+    def plan_for(self, scope: Scope | None) -> L1Plan:
         """The plan serving a search under ``scope``: the memory plan's when it has a mirror that serves it
         (:meth:`~kb_retrieval.retrieval.l1.retriever.L1Retriever.mirror_for`), else the one searching Milvus."""
         if self.memory_plan is not None and self.dense.mirror_for(scope) is not None:
@@ -146,12 +147,12 @@ class HybridRetriever(BaseRetriever):
         category: str | None = None,
         deadline: Deadline | None = None,
         stage_ms: dict[str, float] | None = None,
-        scope: str | None = None,
+        scope: Scope | None = None,
         identifiers: IdentifierScan | None = None,
     ) -> HybridSearch:
         """Raises when the dense search fails (the attempt fails); a failed lexical scoring only loses those.
 
-        ``scope`` (a Milvus expression, :mod:`kb_retrieval.retrieval.scope`) is on every Milvus request; the
+        ``scope`` (:mod:`kb_retrieval.retrieval.scope`) is on every Milvus request, or evaluated by the mirror; the
         exact-identifier and in-process BM25 hits join only through a request under it. ``identifiers``: this
         retriever's :meth:`identifiers` of ``query_text`` when the caller has them (:attr:`LookupQuery.identifiers`),
         else looked up here."""

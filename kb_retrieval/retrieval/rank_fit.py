@@ -150,14 +150,34 @@ def grid(configured: dict[str, float]) -> list[Point]:
     return [here, *(p for p in points if p != here)]
 
 
-def _best(cases: Sequence[PseudoCase], configured: dict[str, float]) -> tuple[Point, list[float]]:
+@dataclass(frozen=True)
+class _Ranks:
+    """Every case's reciprocal rank under the configured weights (``base``) and under each grid point's mixture
+    (``of``), computed once: the choice, each fold's choice and the grid table read the same figures."""
+
+    points: list[Point]
+    base: list[float]
+    of: dict[Point, list[float]]
+
+    @classmethod
+    def of_cases(cls, cases: Sequence[PseudoCase], configured: dict[str, float]) -> _Ranks:
+        points = grid(configured)
+        ranks = {p: [reciprocal_rank(c, mixture(configured, *p)) for c in cases] for p in points}
+        return cls(points, [reciprocal_rank(c, configured) for c in cases], ranks)
+
+
+def _best(ranks: _Ranks, rows: Sequence[int] | None = None) -> tuple[Point, list[float]]:
     """The grid point whose mixture is significantly better than the configured one (else the configured one), and
-    its per-case reciprocal ranks."""
-    points = grid(configured)
-    base = [reciprocal_rank(c, configured) for c in cases]
+    its per-case reciprocal ranks, over the cases ``rows`` (every case when ``None``)."""
+
+    def of(values: list[float]) -> list[float]:
+        return values if rows is None else [values[i] for i in rows]
+
+    points = ranks.points
+    base = of(ranks.base)
     best, best_rr = points[0], base
     for point in points[1:]:
-        rr = [reciprocal_rank(c, mixture(configured, *point)) for c in cases]
+        rr = of(ranks.of[point])
         if sum(rr) > sum(best_rr) + 1e-9:
             best, best_rr = point, rr
     if best != points[0] and not _significant([b - a for a, b in zip(base, best_rr, strict=True)]):
@@ -188,25 +208,16 @@ def choose(
     if n < min_queries:
         reason = f"kept: {n} pseudo-queries, fewer than {min_queries}"
         return RankFit(index_version, dict(configured), here[0], 1.0, n, reason)
-    base = [reciprocal_rank(c, configured) for c in cases]
-    chosen, rr = _best(cases, configured)
+    ranks = _Ranks.of_cases(cases, configured)
+    base = ranks.base
+    chosen, rr = _best(ranks)
     # Cross-validation by query: choose on the other folds, score the held-out one.
     held = [0.0] * n
     for fold in range(FOLDS):
-        train = [c for i, c in enumerate(cases) if i % FOLDS != fold]
-        point, _ = _best(train, configured)
-        weights = mixture(configured, *point)
+        point, _ = _best(ranks, [i for i in range(n) if i % FOLDS != fold])
         for i in range(fold, n, FOLDS):
-            held[i] = reciprocal_rank(cases[i], weights)
-    table = [
-        {
-            "section": c,
-            "identity": s,
-            "lexical": b,
-            "mrr": _mean(reciprocal_rank(x, mixture(configured, c, s, b)) for x in cases),
-        }
-        for c, s, b in grid(configured)
-    ]
+            held[i] = ranks.of[point][i]  # the point's mixture, the configured point's too (as the table's)
+    table = [{"section": c, "identity": s, "lexical": b, "mrr": _mean(ranks.of[(c, s, b)])} for c, s, b in ranks.points]
     kept = chosen == here
     reason = f"kept: the gain is within the noise ({n} pseudo-queries)" if kept else f"fitted on {n} pseudo-queries"
     section, scale, lexical = chosen

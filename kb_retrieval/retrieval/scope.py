@@ -13,6 +13,12 @@ module cannot translate, or a key the collection does not have, is an error nami
 Note: a filter on a JSON metadata key is slow on Milvus Lite at scale (~200 ms at 10k chunks, measured); a real
 scalar field (``category``) is fast.
 
+A :class:`Scope` carries the expression and, when the scope is only equality tests on scalar fields joined by AND
+(``==``, ``!=``, ``in``, ``nin`` with string values), the same tests as :class:`FieldTest` s, which the memory
+plan's mirror evaluates as a row mask (:meth:`~kb_retrieval.retrieval.l1.memory.MemoryMirror.scope_mask`) instead of
+sending the search to Milvus; anything else (a JSON metadata key, a range, ``or``/``not``, a number) only Milvus
+evaluates.
+
 Example:
     >>> from llama_index.core.vector_stores import MetadataFilter, MetadataFilters
     >>> filters = MetadataFilters(filters=[MetadataFilter(key="category", value="mysql")])
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
 
@@ -44,6 +51,63 @@ SUPPORTED_OPERATORS = (*(op.value for op in _COMPARISONS), "in", "nin", "contain
 class ScopeFilterError(ValueError):
     """A ``MetadataFilters`` scope that cannot be translated: an unsupported operator or condition, an unknown key,
     or a value of the wrong kind."""
+
+
+@dataclass(frozen=True)
+class FieldTest:
+    """One test of a scalar field against string values: the value is one of ``values`` (``==``, ``in``), or, when
+    ``negated``, none of them (``!=``, ``nin``)."""
+
+    field: str
+    values: frozenset[str]
+    negated: bool = False
+
+
+@dataclass(frozen=True)
+class Scope:
+    """A lookup's scope: ``expr`` on every Milvus request; ``tests``, AND-ed, the same scope as field tests a mirror
+    can evaluate, or ``None`` when only Milvus can (see the module)."""
+
+    expr: str
+    tests: tuple[FieldTest, ...] | None = None
+
+
+def scope_of(
+    filters: MetadataFilters | None,
+    *,
+    scalar: Mapping[str, str],
+    json_field: str,
+    json_keys: set[str],
+) -> Scope | None:
+    """``filters`` as a :class:`Scope` (arguments as :func:`scope_expr`'s); ``None`` when there are none."""
+    expr = scope_expr(filters, scalar=scalar, json_field=json_field, json_keys=json_keys)
+    if expr is None or filters is None:
+        return None
+    return Scope(expr, field_tests(filters, scalar))
+
+
+_SET_TESTS = {FilterOperator.EQ: False, FilterOperator.IN: False, FilterOperator.NE: True, FilterOperator.NIN: True}
+
+
+def field_tests(filters: MetadataFilters, scalar: Mapping[str, str]) -> tuple[FieldTest, ...] | None:
+    """The scope as AND-ed :class:`FieldTest` s, or ``None`` when a part of it is not one (another operator or
+    condition, a key that is no scalar field, a value that is no string)."""
+    if (filters.condition or FilterCondition.AND) != FilterCondition.AND:
+        return None
+    tests: list[FieldTest] = []
+    for f in filters.filters:
+        if isinstance(f, MetadataFilters):
+            inner = field_tests(f, scalar)
+            if inner is None:
+                return None
+            tests.extend(inner)
+            continue
+        op = FilterOperator(f.operator)
+        values = f.value if isinstance(f.value, list) else [f.value]
+        if f.key not in scalar or op not in _SET_TESTS or not all(isinstance(v, str) for v in values):
+            return None
+        tests.append(FieldTest(scalar[f.key], frozenset(str(v) for v in values), _SET_TESTS[op]))
+    return tuple(tests)
 
 
 def scope_expr(

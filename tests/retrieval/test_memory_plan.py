@@ -14,6 +14,7 @@ from kb_retrieval.config import KBSettings
 from kb_retrieval.retrieval.bm25 import Bm25Postings, analyse
 from kb_retrieval.retrieval.l1.base import to_candidate
 from kb_retrieval.retrieval.l1.memory import MemoryMirror, choose_plan
+from kb_retrieval.retrieval.scope import FieldTest
 from tests.conftest import SAMPLE_KB, SHARED
 from tests.indexing.test_lite_processes import _cli, lite_server  # noqa: F401 (a fixture)
 
@@ -115,6 +116,64 @@ def test_a_rows_candidate_is_made_once_and_each_search_gets_its_own(tmp_path):
     assert plan == "milvus" and "server" in reason
 
 
+def _scoped_mirror(tmp_path) -> MemoryMirror:
+    settings = KBSettings(state_dir=tmp_path, dim=2)
+    rows = [
+        {"id": f"c{i}", "content": f"chunk {i}", "source": f"{cat}-{i % 2}.md", "category": cat, "metadata": {}}
+        for i, cat in enumerate(["redis", "redis", "mysql", "mysql", "linux", "linux"])
+    ]
+    vectors = np.asarray([[1.0, i / 10] for i in range(len(rows))], dtype=np.float32)
+    return MemoryMirror(settings, rows, vectors, ["redi memori"] * len(rows))
+
+
+def _kept(mirror: MemoryMirror, *tests: FieldTest) -> list[str]:
+    return [mirror.ids[i] for i in np.flatnonzero(mirror.scope_mask(tests))]
+
+
+@pytest.mark.unit
+def test_a_scope_of_field_tests_is_a_row_mask(tmp_path):
+    mirror = _scoped_mirror(tmp_path)
+    assert _kept(mirror, FieldTest("id", frozenset({"c1"}), negated=True)) == ["c0", "c2", "c3", "c4", "c5"]
+    assert _kept(mirror, FieldTest("id", frozenset({"c1", "c4", "absent"}))) == ["c1", "c4"]
+    assert _kept(mirror, FieldTest("category", frozenset({"mysql"}))) == ["c2", "c3"]
+    assert _kept(mirror, FieldTest("category", frozenset({"mysql", "redis"}), negated=True)) == ["c4", "c5"]
+    assert _kept(mirror, FieldTest("source", frozenset({"redis-1.md", "linux-1.md"}))) == ["c1", "c5"]
+    and_ = (FieldTest("category", frozenset({"redis", "linux"})), FieldTest("id", frozenset({"c0"}), negated=True))
+    assert _kept(mirror, *and_) == ["c1", "c4", "c5"]
+    assert _kept(mirror) == mirror.ids
+
+
+@pytest.mark.unit
+def test_a_scoped_mirror_search_is_the_search_of_the_rows_in_scope(tmp_path):
+    """Dense and fused searches under a scope return what the same search restricted to the rows in scope returns."""
+    mirror = _scoped_mirror(tmp_path)
+    scope = (FieldTest("category", frozenset({"redis", "mysql"})), FieldTest("id", frozenset({"c3"}), negated=True))
+    inside = ["c0", "c1", "c2"]
+    query = [0.0, 1.0]
+    assert [c.chunk_id for c in mirror.search(query, 2, None, None, scope).candidates] == ["c2", "c1"]
+    assert mirror.search(query, 6, None, None, scope).candidates == mirror.search(query, 6, None, inside).candidates
+    assert [c.chunk_id for c in mirror.search(query, 6, "redis", ["c0", "c3", "c4"], scope).candidates] == ["c0"]
+    fused = mirror.hybrid_search(query, "redi", None, ["c3", "c4"], top_k=1, lexical_top_k=6, scope=scope)
+    assert sorted(fused.bm25) == inside and {c.chunk_id for c in fused.candidates} == set(inside)
+
+
+@pytest.mark.unit
+def test_only_a_scope_the_mirror_evaluates_stays_in_memory(tmp_path):
+    """The one place that decides: field tests on fields the mirror holds stay in memory; any other scope (a JSON
+    key, ``or``: no tests; a field the mirror does not hold) goes to Milvus; no mirror, always Milvus."""
+    from kb_retrieval.retrieval.l1.retriever import L1Retriever
+    from kb_retrieval.retrieval.scope import Scope
+
+    mirror = _scoped_mirror(tmp_path)
+    retriever = L1Retriever(None, mirror.settings, None, memory=mirror)  # type: ignore[arg-type]
+    assert retriever.mirror_for(None) is mirror
+    assert retriever.mirror_for(Scope('id != "c1"', (FieldTest("id", frozenset({"c1"}), negated=True),))) is mirror
+    assert retriever.mirror_for(Scope('metadata["team"] == "sre"', None)) is None
+    assert retriever.mirror_for(Scope('content == "x"', (FieldTest("content", frozenset({"x"})),))) is None
+    retriever.memory = None
+    assert retriever.mirror_for(Scope('id != "c1"', (FieldTest("id", frozenset({"c1"}), negated=True),))) is None
+
+
 def _both_plans(lookup, embed_model):
     from kb_retrieval.engine import KnowledgeLookup
 
@@ -153,6 +212,58 @@ def test_memory_plan_answers_as_milvus_on_the_runbooks(runbooks_lookup, embed_mo
         lines = (SHARED / "golden" / name).read_text().splitlines()
         queries += [json.loads(line)["query"] for line in lines[:30]]
     _same_answers(runbooks_lookup, embed_model, queries)
+
+
+def _scoped_answer(lookup, query: str, filters) -> tuple:
+    details = lookup.lookup_detailed(query, filters=filters)
+    blocks = [(b.source, b.hit_reasons, round(b.similarity, 6)) for b in details.result.evidence_blocks]
+    ranking = [(c.chunk_id, round(c.score, 6)) for c in details.ranking]
+    return details.result.found, details.result.evidence_status, blocks, ranking
+
+
+def test_a_scope_the_mirror_evaluates_answers_as_milvus_without_a_milvus_search(sample_lookup, embed_model):
+    """Scopes of field tests (each operator, AND; the ranking fit's own ``id != chunk``): the memory plan gives the
+    milvus plan's candidates, scores and evidence, makes no Milvus search and says so in the trace; a scope on a
+    metadata key still goes to Milvus."""
+    from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters
+
+    memory, milvus = _both_plans(sample_lookup, embed_model)
+    query = "redis memory usage is high and keys are evicted"
+    first = milvus.lookup_detailed(query).ranking[0]
+    scopes = [
+        [MetadataFilter(key="id", value=first.chunk_id, operator=FilterOperator.NE)],
+        [MetadataFilter(key="category", value="redis")],
+        [MetadataFilter(key="source", value=[first.source, "mysql/replication-lag.md"], operator=FilterOperator.IN)],
+        [MetadataFilter(key="category", value=["redis"], operator=FilterOperator.NIN)],
+        [
+            MetadataFilter(key="category", value="redis"),
+            MetadataFilter(key="source", value=first.source, operator=FilterOperator.NE),
+        ],
+    ]
+    searches: list[str] = []
+    client = sample_lookup.client
+
+    def refused(name: str):
+        def call(*args, **kwargs):
+            searches.append(name)
+            raise AssertionError(f"the memory plan sent a Milvus {name}")
+
+        return call
+
+    for filters in scopes:
+        scope = MetadataFilters(filters=filters)
+        expected = _scoped_answer(milvus, query, scope)
+        assert expected[2], filters  # the scope keeps some evidence: a comparison, not two empty answers
+        with pytest.MonkeyPatch.context() as patch:
+            for name in ("search", "hybrid_search"):  # (a document's sections are read by key on either plan)
+                patch.setattr(client, name, refused(name))
+            assert _scoped_answer(memory, query, scope) == expected, filters
+            attempts = memory.lookup(query, filters=scope).retrieval_trace.attempts
+        assert {a.path for a in attempts} == {"memory"} and all(a.milvus_calls == 0 for a in attempts)
+        assert {a.path for a in milvus.lookup(query, filters=scope).retrieval_trace.attempts} != {"memory"}
+    assert searches == []
+    metadata_key = MetadataFilters(filters=[MetadataFilter(key="title", value="Redis memory usage high")])
+    assert {a.path for a in memory.lookup(query, filters=metadata_key).retrieval_trace.attempts} != {"memory"}
 
 
 @pytest.mark.timeout(600)

@@ -114,3 +114,62 @@ def test_a_fit_chosen_on_the_l0_signal_that_counted_the_title_twice_is_taught_ag
     data["format"] = 2  # as stored before l0_signal
     path.write_text(json.dumps(data), encoding="utf-8")
     assert load_fit(tmp_path, "v1") is None
+
+
+def _reference_choice(cases: list[PseudoCase], configured: dict[str, float]) -> tuple:
+    """The choice, its cross-validated figure and the grid table recomputed the plain way: every reciprocal rank
+    computed where it is used (as ``choose`` did before it computed each once)."""
+    import math
+
+    from kb_retrieval.retrieval.rank_fit import FOLDS, NOISE_SE, reciprocal_rank
+
+    def best(subset: list[PseudoCase]) -> tuple:
+        points = grid(configured)
+        base = [reciprocal_rank(c, configured) for c in subset]
+        chosen, chosen_rr = points[0], base
+        for point in points[1:]:
+            rr = [reciprocal_rank(c, mixture(configured, *point)) for c in subset]
+            if sum(rr) > sum(chosen_rr) + 1e-9:
+                chosen, chosen_rr = point, rr
+        gains = [b - a for a, b in zip(base, chosen_rr, strict=True)]
+        mean = sum(gains) / len(gains)
+        sd = math.sqrt(sum((g - mean) ** 2 for g in gains) / (len(gains) - 1))
+        return (
+            (chosen, chosen_rr)
+            if chosen == points[0] or mean > NOISE_SE * sd / math.sqrt(len(gains))
+            else (
+                points[0],
+                base,
+            )
+        )
+
+    chosen, rr = best(cases)
+    held = [0.0] * len(cases)
+    for fold in range(FOLDS):
+        point, _ = best([c for i, c in enumerate(cases) if i % FOLDS != fold])
+        for i in range(fold, len(cases), FOLDS):
+            held[i] = reciprocal_rank(cases[i], mixture(configured, *point))
+    table = [
+        round(sum(reciprocal_rank(c, mixture(configured, *p)) for c in cases) / len(cases), 4) for p in grid(configured)
+    ]
+    return chosen, round(sum(rr) / len(rr), 4), round(sum(held) / len(held), 4), table
+
+
+def test_the_choice_is_the_plain_computations_on_mixed_cases() -> None:
+    """Each reciprocal rank computed once gives the same choice, figures and table as computing it where used, on
+    cases where the folds choose differently from the whole."""
+    import random
+
+    rng = random.Random(11)
+    makers = (_section_case, _identity_case, _words_case)
+    for weights in ((6, 3, 1), (2, 5, 3), (1, 1, 8)):
+        cases = [rng.choices(makers, weights)[0](i) for i in range(97)]
+        for case in cases:  # jitter the signals so that ties and near-ties differ per case
+            for _, signals in case.candidates:
+                for key in signals:
+                    signals[key] = round(signals[key] + rng.uniform(-0.15, 0.15), 3)
+        fit = choose(cases, CONFIGURED, index_version="v", min_queries=50)
+        chosen, mrr, cv_mrr, table = _reference_choice(cases, CONFIGURED)
+        assert (fit.section_weight, fit.identity_scale) == chosen[:2]
+        assert fit.mrr_fitted == mrr and fit.cv_mrr_fitted == cv_mrr
+        assert [row["mrr"] for row in fit.grid] == table

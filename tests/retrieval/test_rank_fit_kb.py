@@ -61,3 +61,40 @@ def test_a_fitted_lexical_weight_reaches_the_ranker_and_its_hit_reason(tmp_path,
         assert details and all("lexical 16 (fitted on 60" in d for d in details)
     finally:
         lookup.close()
+
+
+def test_a_version_a_reload_publishes_is_taught_beside_the_lookups(tmp_path, embed_model) -> None:
+    """A running lookup that reloads a new version without a stored fit teaches it on a thread of its own and
+    publishes the state again with it: the lookups after it rank with the new version's fit, stored for it."""
+    import shutil
+    import time
+
+    from kb_retrieval.engine import KnowledgeLookup
+    from kb_retrieval.indexing.ingest import ingest
+    from tests.conftest import SAMPLE_KB
+    from tests.support.kb import ingested
+
+    kb = tmp_path / "kb"
+    shutil.copytree(SAMPLE_KB / "redis", kb / "redis")
+    # Few pseudo-queries suffice here, so that the fit is taught by lookups (not kept for too few).
+    settings = ingested([kb], tmp_path / "state", embed_model, freshness_check_s=3600)
+    settings = settings.updated(scoring=settings.scoring.variant("few-queries", fit_min_queries=5))
+    lookup = KnowledgeLookup(settings, embed_model=embed_model)
+    try:
+        first = lookup.state.rank_fit
+        assert first is not None and "fewer than" not in first.reason
+        shutil.copytree(SAMPLE_KB / "mysql", kb / "mysql")
+        ingest([kb], settings, embed_model=embed_model)
+        assert lookup.refresh(force=True)
+        version = lookup.state.index_version
+        assert version != first.index_version
+        assert lookup.lookup("mysql replication lag").found  # a lookup goes on while the version is taught
+        waited = time.monotonic()
+        while lookup.state.rank_fit is None and time.monotonic() - waited < 300:
+            time.sleep(0.2)
+        fit = lookup.state.rank_fit
+        assert fit is not None and fit.index_version == version and "fewer than" not in fit.reason
+        assert load_fit(settings.storage.state_dir, version) == fit
+        assert lookup.pipeline.postprocessors[2].weights == fit.weights
+    finally:
+        lookup.close()

@@ -11,7 +11,7 @@ from llama_index.core.vector_stores.types import (
     MetadataFilters,
 )
 
-from kb_retrieval.retrieval.scope import ScopeFilterError, scope_expr
+from kb_retrieval.retrieval.scope import FieldTest, ScopeFilterError, scope_expr, scope_of
 
 pytestmark = pytest.mark.unit
 
@@ -96,3 +96,61 @@ def test_the_error_lists_the_known_keys() -> None:
             json_field="",
             json_keys=KEYS,
         )
+
+
+def field_tests_of(*filters: MetadataFilter | MetadataFilters, condition: FilterCondition = FilterCondition.AND):
+    found = scope_of(
+        MetadataFilters(filters=list(filters), condition=condition),
+        scalar=SCALAR,
+        json_field="metadata",
+        json_keys=KEYS,
+    )
+    assert found is not None and found.expr == expr(*filters, condition=condition)  # the expression is unchanged
+    return found.tests
+
+
+def test_each_set_operator_on_a_scalar_field_is_a_field_test() -> None:
+    assert field_tests_of(MetadataFilter(key="category", value="mysql")) == (
+        FieldTest("category", frozenset({"mysql"})),
+    )
+    assert field_tests_of(MetadataFilter(key="id", value="c1", operator=FilterOperator.NE)) == (
+        FieldTest("id", frozenset({"c1"}), negated=True),
+    )
+    assert field_tests_of(MetadataFilter(key="source", value=["a.md", "b.md"], operator=FilterOperator.IN)) == (
+        FieldTest("source", frozenset({"a.md", "b.md"})),
+    )
+    assert field_tests_of(MetadataFilter(key="category", value=["redis"], operator=FilterOperator.NIN)) == (
+        FieldTest("category", frozenset({"redis"}), negated=True),
+    )
+
+
+def test_and_and_nested_and_groups_are_flattened() -> None:
+    nested = MetadataFilters(filters=[MetadataFilter(key="id", value="c1", operator=FilterOperator.NE)])
+    assert field_tests_of(MetadataFilter(key="category", value="mysql"), nested) == (
+        FieldTest("category", frozenset({"mysql"})),
+        FieldTest("id", frozenset({"c1"}), negated=True),
+    )
+
+
+@pytest.mark.parametrize(
+    ("filters", "condition"),
+    [
+        ([MetadataFilter(key="team", value="sre")], FilterCondition.AND),  # a JSON metadata key
+        ([MetadataFilter(key="position", value=2, operator=FilterOperator.GT)], FilterCondition.AND),  # a range
+        ([MetadataFilter(key="category", value="a"), MetadataFilter(key="source", value="b")], FilterCondition.OR),
+        ([MetadataFilter(key="category", value="a")], FilterCondition.NOT),
+        ([MetadataFilter(key="category", value=3)], FilterCondition.AND),  # a number against a string field
+        (
+            [
+                MetadataFilter(key="category", value="a"),
+                MetadataFilters(
+                    filters=[MetadataFilter(key="id", value="x"), MetadataFilter(key="id", value="y")],
+                    condition=FilterCondition.OR,
+                ),
+            ],
+            FilterCondition.AND,
+        ),
+    ],
+)
+def test_anything_else_is_left_to_milvus(filters, condition) -> None:
+    assert field_tests_of(*filters, condition=condition) is None

@@ -34,6 +34,7 @@ from kb_retrieval.models import Candidate
 from kb_retrieval.retrieval.bm25.postings import Bm25Postings
 from kb_retrieval.retrieval.l1.base import L1Search, one_version_per_source, output_fields, rescored, to_candidate
 from kb_retrieval.retrieval.l1.full_text import dense_scores
+from kb_retrieval.retrieval.scope import FieldTest
 
 #: Bytes a row costs beyond its vector and texts (its Python objects: strings, the metadata dict, postings).
 _ROW_OVERHEAD = 1200
@@ -75,6 +76,8 @@ class MemoryMirror:
             for i, row in enumerate(rows):
                 categories.setdefault(str(row.get(settings.schema_fields.category_field) or ""), []).append(i)
         self._categories = {c: np.asarray(ix, dtype=np.int64) for c, ix in categories.items()}
+        #: Scalar field -> value -> its rows, made on a scope's first test of the field (:meth:`scope_mask`).
+        self._values: dict[str, dict[str, np.ndarray]] = {}
         self.bm25 = Bm25Postings(texts) if texts else None
         # Each row as a candidate, made on its first hit and rescored for every later one: a row never changes
         # within a mirror, so its fields are read and validated once (a reload builds a new mirror).
@@ -129,17 +132,60 @@ class MemoryMirror:
         state = self.__dict__.copy()
         state["settings"] = None
         state["_candidates"] = None
+        state["_values"] = {}
         return state
 
     def bind(self, settings: KBSettings) -> None:
         """Attach a mirror loaded from a snapshot to the settings of the lookup object that loaded it."""
         self.settings = settings
         self._candidates = [None] * len(self.rows)
+        self._values = {}
 
     # --- searches -----------------------------------------------------------------------------------------
 
+    def evaluates(self, tests: tuple[FieldTest, ...]) -> bool:
+        """True when every test is of a scalar field the mirror holds for each row (the id, source, category)."""
+        fields = self.settings.schema_fields
+        held = {fields.id_field, fields.source_field, fields.category_field} - {""}
+        return all(t.field in held for t in tests)
+
+    def scope_mask(self, tests: tuple[FieldTest, ...]) -> np.ndarray:
+        """The rows a scope of AND-ed ``tests`` keeps, as a mask: what Milvus' expression selects (a row whose field
+        holds no value passes no test, as in Milvus); the fields must be ones the mirror :meth:`evaluates`."""
+        mask = np.ones(len(self.ids), dtype=bool)
+        for test in tests:
+            hits = np.zeros(len(self.ids), dtype=bool)
+            hits[self._rows_with(test.field, test.values)] = True
+            mask &= (~hits & self._valued(test.field)) if test.negated else hits
+        return mask
+
+    def _rows_with(self, field: str, values: Iterable[str]) -> np.ndarray:
+        """The rows whose ``field`` holds one of ``values``."""
+        if field == self.settings.schema_fields.id_field:
+            return np.asarray([self._row_of[v] for v in values if v in self._row_of], dtype=np.int64)
+        index = self._index(field)
+        parts = [index[v] for v in values if v in index]
+        return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+
+    def _index(self, field: str) -> dict[str, np.ndarray]:
+        """``field``'s values -> the rows holding each, made on the first test of the field (a benign race: two
+        threads may both make it)."""
+        if (index := self._values.get(field)) is None:
+            rows: dict[str, list[int]] = {}
+            for i, row in enumerate(self.rows):
+                if (value := row.get(field)) is not None:
+                    rows.setdefault(str(value), []).append(i)
+            index = self._values[field] = {value: np.asarray(ix, dtype=np.int64) for value, ix in rows.items()}
+        return index
+
+    def _valued(self, field: str) -> np.ndarray:
+        """The rows whose ``field`` holds a value (every row's id does)."""
+        if field == self.settings.schema_fields.id_field:
+            return np.ones(len(self.ids), dtype=bool)
+        return self._mask(self._rows_with(field, self._index(field)))
+
     def _scope(self, category: str | None, ids: Iterable[str] | None) -> np.ndarray | None:
-        """Row numbers under the filter (``None``: every row)."""
+        """Row numbers under the filter, ascending (``None``: every row)."""
         rows: np.ndarray | None = None
         if category is not None and self.settings.schema_fields.category_field:
             rows = self._categories.get(category, np.empty(0, dtype=np.int64))
@@ -166,10 +212,18 @@ class MemoryMirror:
         norms = (self._norms if rows is None else self._norms[rows]) * np.linalg.norm(query)
         return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
 
-    def _top_dense(self, query: np.ndarray, rows: np.ndarray | None, k: int) -> np.ndarray:
+    def _top_dense(
+        self, query: np.ndarray, rows: np.ndarray | None, k: int, within: np.ndarray | None = None
+    ) -> np.ndarray:
         """The best ``k`` rows by the dense metric, best first (a FLAT search; the scores a candidate reports are
-        :func:`~kb_retrieval.retrieval.l1.full_text.dense_scores`', as on the Milvus plan)."""
+        :func:`~kb_retrieval.retrieval.l1.full_text.dense_scores`', as on the Milvus plan). ``within``: the caller's
+        scope as a mask, applied to the scores as computed without it (no copy of the matrix for a scope that leaves
+        out one chunk)."""
         scores = self._dense(query, rows)
+        if within is not None:
+            keep = within if rows is None else within[rows]
+            rows = np.flatnonzero(keep) if rows is None else rows[keep]
+            scores = scores[keep]
         better = scores if self.settings.schema_fields.metric.upper() == "L2" else -scores  # ascending = best first
         k = min(k, len(scores))
         if k <= 0:
@@ -178,10 +232,19 @@ class MemoryMirror:
         top = top[np.argsort(better[top], kind="stable")]
         return top if rows is None else rows[top]
 
-    def search(self, embedding: list[float], top_k: int, category: str | None, ids: list[str] | None) -> L1Search:
-        """A dense search: the ``top_k`` best rows under the filter (``ids``: restricted to those chunks)."""
+    def search(
+        self,
+        embedding: list[float],
+        top_k: int,
+        category: str | None,
+        ids: list[str] | None,
+        scope: tuple[FieldTest, ...] | None = None,
+    ) -> L1Search:
+        """A dense search: the ``top_k`` best rows under the filter and the caller's ``scope`` (:meth:`scope_mask`;
+        ``ids``: restricted to those chunks)."""
         query = np.asarray(embedding, dtype=np.float32)
-        rows = self._top_dense(query, self._scope(category, ids), top_k)
+        within = self.scope_mask(scope) if scope else None
+        rows = self._top_dense(query, self._scope(category, ids), top_k, within)
         scores = dense_scores(query, self.vectors[rows], self.settings.schema_fields.metric)
         candidates = [self._candidate(int(r), float(s)) for r, s in zip(rows, scores, strict=True)]
         return L1Search(candidates=one_version_per_source(candidates), path="memory")
@@ -195,25 +258,33 @@ class MemoryMirror:
         *,
         top_k: int,
         lexical_top_k: int,
+        scope: tuple[FieldTest, ...] | None = None,
     ) -> L1Search:
         """Dense ``top_k``, BM25 ``lexical_top_k`` over ``terms`` and the ``ids`` chunks, all under the category
-        filter: every hit with its dense score, BM25 hits first (best first), as the Milvus hybrid search.
+        filter and the caller's ``scope``: every hit with its dense score, BM25 hits first (best first), as the
+        Milvus hybrid search.
 
         The sizes are the caller's (its settings'), not those of the settings the mirror was loaded with: one mirror
         serves every settings variant of a lookup (``with_settings(top_k=50)``)."""
         s = self.settings
         query = np.asarray(embedding, dtype=np.float32)
-        scope = self._scope(category, None)
+        rows_in = self._scope(category, None)
+        within = self.scope_mask(scope) if scope else None
+        allowed = None if rows_in is None else self._mask(rows_in)
+        if within is not None:
+            allowed = within if allowed is None else allowed & within
         order: dict[int, None] = {}
         bm25: dict[int, float] = {}
         if terms and lexical_top_k > 0 and self.bm25 is not None:
-            rows, values = self.bm25.top(terms, lexical_top_k, None if scope is None else self._mask(scope))
+            rows, values = self.bm25.top(terms, lexical_top_k, allowed)
             bm25 = dict(zip(rows.tolist(), values.tolist(), strict=True))
             order = dict.fromkeys(bm25)
-        dense_rows = self._top_dense(query, scope, top_k)
+        dense_rows = self._top_dense(query, rows_in, top_k, within)
         order.update(dict.fromkeys(int(r) for r in dense_rows))
         if ids:
             restricted = self._scope(category, ids)
+            if restricted is not None and within is not None:
+                restricted = restricted[within[restricted]]
             order.update(dict.fromkeys(int(r) for r in (restricted if restricted is not None else ())))
         picked = np.fromiter(order, dtype=np.int64, count=len(order))
         scores = dense_scores(query, self.vectors[picked], s.schema_fields.metric)

@@ -1,8 +1,8 @@
 """The L1 search plans: one small class per way an attempt's search runs, chosen once when the pipeline is built.
 
 Which one serves is fixed by the index version's state and the collection (where the chunks are searched, where
-BM25 runs), never by the query; only a caller's scope moves a memory-plan search to Milvus (a Milvus expression,
-which only Milvus evaluates: :meth:`~kb_retrieval.retrieval.l1.retriever.L1Retriever.mirror_for`).
+BM25 runs), never by the query; only a caller's scope the mirror cannot evaluate moves a memory-plan search to Milvus
+(:meth:`~kb_retrieval.retrieval.l1.retriever.L1Retriever.mirror_for`).
 
 - :class:`MirrorPlan`: the memory plan: the dense search in the mirror, in-process BM25 (when it runs) and the
   chunks it brings, all in memory, no Milvus call.
@@ -34,6 +34,7 @@ from kb_retrieval.retrieval.bm25 import LexicalHit, LexicalIndex, analysed_text,
 from kb_retrieval.retrieval.deadline import DENSE_BESIDE, Deadline
 from kb_retrieval.retrieval.l1.base import L1Search, one_version_per_source
 from kb_retrieval.retrieval.l1.retriever import KeptChunks, L1Retriever
+from kb_retrieval.retrieval.scope import Scope
 from kb_retrieval.retrieval.stage import candidate_node
 from kb_retrieval.retrieval.timing import StageClock
 
@@ -81,7 +82,7 @@ class PlanQuery:
     category: str | None
     deadline: Deadline
     clock: StageClock
-    scope: str | None
+    scope: Scope | None
     exact_terms: dict[str, list[str]]
     exact_df: dict[str, int]
 
@@ -152,7 +153,8 @@ def milvus_calls(path: str | None) -> int:
 
 class MirrorPlan:
     """The memory plan: the dense search in the mirror, the in-process BM25 hits (when BM25 runs here) and the
-    chunks they or an exact identifier bring that the dense search missed, scored from the mirror."""
+    chunks they or an exact identifier bring that the dense search missed, scored from the mirror; under a caller's
+    scope the mirror evaluates, as :class:`DenseBm25Plan` under it."""
 
     def __init__(self, dense: L1Retriever, bm25: InProcessBm25 | None, lexical_mode: LexicalMode) -> None:
         self.dense = dense
@@ -162,18 +164,18 @@ class MirrorPlan:
 
     def search(self, query: PlanQuery) -> HybridSearch:
         """The candidates, all from memory."""
-        embedding, category, clock = query.embedding, query.category, query.clock
+        embedding, category, clock, scope = query.embedding, query.category, query.clock, query.scope
         with clock("search"):
-            dense = self.dense.search(embedding, category)
+            dense = self.dense.search(embedding, category, scope=scope)
         lexical_hits = self.bm25.hits(query) if self.bm25 is not None else []
         chunks = wanted(self.settings, query, lexical_hits)
         result = merged(dense, lexical_hits, chunks, query, self.lexical_mode)
         missing = [c for c in chunks if c not in {d.chunk_id for d in dense.candidates}]
         if missing and not query.deadline.expired:
             with clock("search"):
-                extra = self.dense.search(embedding, category, ids=missing)
+                extra = self.dense.search(embedding, category, ids=missing, scope=scope)
             result.candidates = one_version_per_source(result.candidates + extra.candidates)
-        return result
+        return within_scope(result, scope)
 
 
 class FusedPlan:
@@ -274,10 +276,7 @@ class DenseBm25Plan:
             outside = {c for c in chunks if c not in {d.chunk_id for d in dense.candidates}}
             added = [c for c in extra if c.chunk_id in outside]
             result.candidates = one_version_per_source(result.candidates + added)
-        if query.scope and result.lexical_scores:
-            result.lexical_scores = _within(result.lexical_scores, {c.chunk_id for c in result.candidates})
-            result.lexical_count = len(result.lexical_scores)
-        return result
+        return within_scope(result, query.scope)
 
     def _timeout(self, query: PlanQuery) -> float:
         return query.deadline.timeout(self.settings.storage.milvus_search_timeout_s)
@@ -330,10 +329,17 @@ def _best_first(candidates: list[Candidate], metric: str) -> list[Candidate]:
     return sorted(candidates, key=lambda c: c.score if lower_is_better else -c.score)
 
 
-def _within(scores: dict[str, float], kept: set[str]) -> dict[str, float]:
-    """In-process BM25 scores of the chunks a scoped search kept, relative to the best of them again (the relative
-    score is to the query's best hit under the same filter)."""
-    return relative_to_best({chunk_id: score for chunk_id, score in scores.items() if chunk_id in kept})
+def within_scope(result: HybridSearch, scope: Scope | None) -> HybridSearch:
+    """``result`` with its in-process BM25 scores (taken without the caller's ``scope``) kept for the chunks the
+    scoped search kept, relative to the best of them again (the relative score is to the query's best hit under the
+    same filter)."""
+    if scope and result.lexical_scores:
+        kept = {c.chunk_id for c in result.candidates}
+        result.lexical_scores = relative_to_best(
+            {chunk_id: score for chunk_id, score in result.lexical_scores.items() if chunk_id in kept}
+        )
+        result.lexical_count = len(result.lexical_scores)
+    return result
 
 
 def build_plans(

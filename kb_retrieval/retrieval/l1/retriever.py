@@ -43,6 +43,7 @@ from kb_retrieval.retrieval.l1.full_text import dense_scores
 from kb_retrieval.retrieval.l1.memory import MemoryMirror, estimated_mirror_mb
 from kb_retrieval.retrieval.l1.sdk import SdkPath
 from kb_retrieval.retrieval.l1.vectorstore import VectorStorePath
+from kb_retrieval.retrieval.scope import FieldTest, Scope
 from kb_retrieval.retrieval.stage import candidate_node
 
 
@@ -138,8 +139,8 @@ class L1Retriever(BaseRetriever):
     """Dense retrieval over Milvus through one path, with an optional category filter.
 
     ``memory`` (the memory plan, :mod:`kb_retrieval.retrieval.l1.memory`): the collection mirrored in this process
-    serves every search without a caller's scope instead of the path; ``None``, or a scoped search: the path
-    searches Milvus.
+    serves every search instead of the path, but for one under a caller's scope the mirror cannot evaluate; ``None``,
+    or such a scope: the path searches Milvus.
     """
 
     def __init__(
@@ -160,15 +161,18 @@ class L1Retriever(BaseRetriever):
         self.embed_model = embed_model
         self.category_filter = category_filter
 
-    def mirror_for(self, scope: str | None) -> MemoryMirror | None:
+    def mirror_for(self, scope: Scope | None) -> MemoryMirror | None:
         """The memory plan's mirror when it serves a search under ``scope``, else ``None`` (the path searches Milvus).
-        The one place that decides it: a caller's scope is a Milvus expression, which only Milvus evaluates."""
-        return self.memory if scope is None else None
+        The one place that decides it: the mirror serves a scope made only of field tests it evaluates exactly
+        (:attr:`Scope.tests` on the fields it holds); any other scope is a Milvus expression only Milvus evaluates."""
+        if self.memory is None or scope is None:
+            return self.memory
+        return self.memory if scope.tests is not None and self.memory.evaluates(scope.tests) else None
 
-    def filter_expr(self, category: str | None, ids: list[str] | None = None, scope: str | None = None) -> str | None:
+    def filter_expr(self, category: str | None, ids: list[str] | None = None, scope: Scope | None = None) -> str | None:
         """The expression of one request: the caller's ``scope`` (a translated ``MetadataFilters``, always applied),
         the category hint and an id restriction, joined by AND."""
-        parts = [f"({scope})"] if scope else []
+        parts = [f"({scope.expr})"] if scope else []
         if category and self.settings.schema_fields.category_field:
             parts.append(equals_expr(self.settings.schema_fields.category_field, category))
         if ids:
@@ -182,7 +186,7 @@ class L1Retriever(BaseRetriever):
         top_k: int | None = None,
         ids: list[str] | None = None,
         timeout: float | None = None,
-        scope: str | None = None,
+        scope: Scope | None = None,
         kept: KeptChunks | None = None,
     ) -> L1Search:
         """Dense search in Milvus; ``ids`` restricts it to those chunks (scoring lexical candidates in Milvus).
@@ -193,7 +197,7 @@ class L1Retriever(BaseRetriever):
         as the search itself (docs/tuning-history.md). Once ``kept`` is full, the search returns the fields again."""
         limit = len(ids) if ids else top_k or self.settings.retrieval.top_k
         if (memory := self.mirror_for(scope)) is not None:
-            return memory.search(embedding, limit, category, ids)
+            return memory.search(embedding, limit, category, ids, _tests(scope))
         expr = self.filter_expr(category, ids, scope)
         path = self.features.ids_only
         if kept is None or kept.full or path is None:
@@ -206,7 +210,7 @@ class L1Retriever(BaseRetriever):
         embedding: list[float],
         category: str | None,
         timeout: float,
-        scope: str | None,
+        scope: Scope | None,
         kept: KeptChunks,
     ) -> Callable[[], L1Search] | None:
         """:meth:`search` (``top_k``, ids only, rows from ``kept``) sent now and answered by the call returned, which
@@ -243,14 +247,14 @@ class L1Retriever(BaseRetriever):
         ids: list[str],
         category: str | None = None,
         timeout: float | None = None,
-        scope: str | None = None,
+        scope: Scope | None = None,
         kept: KeptChunks | None = None,
     ) -> L1Search:
         """The chunks ``ids`` (under the category and the caller's scope) with their dense score, best first. Read by
         key with their vectors and scored here where the path can (``fetch``), the vectors then ``kept``; else a
         dense search restricted to them. Scores equal a restricted search's to float32 precision."""
         if (memory := self.mirror_for(scope)) is not None:
-            return memory.search(embedding, len(ids), category, ids)
+            return memory.search(embedding, len(ids), category, ids, _tests(scope))
         fetching = self.features.fetch
         if not ids or fetching is None:
             return self.search(embedding, category, ids=ids, timeout=timeout, scope=scope)
@@ -267,14 +271,16 @@ class L1Retriever(BaseRetriever):
         category: str | None = None,
         timeout: float | None = None,
         ids: list[str] | None = None,
-        scope: str | None = None,
+        scope: Scope | None = None,
     ) -> L1Search:
         """Dense (``top_k``) and BM25 (``lexical_top_k``) in one Milvus call, both under the category filter, and
         ``ids`` (the exact-identifier candidates) by a dense request restricted to them in the same call; the path must
         support it (:func:`~kb_retrieval.retrieval.l1.base.supports_hybrid`)."""
         top_k, lexical_top_k = self.settings.retrieval.top_k, self.settings.retrieval.lexical_top_k
         if (memory := self.mirror_for(scope)) is not None:  # this retriever's sizes, not the mirror's loader's
-            return memory.hybrid_search(embedding, terms, category, ids, top_k=top_k, lexical_top_k=lexical_top_k)
+            return memory.hybrid_search(
+                embedding, terms, category, ids, top_k=top_k, lexical_top_k=lexical_top_k, scope=_tests(scope)
+            )
         request = HybridRequest(
             embedding,
             terms,
@@ -292,3 +298,8 @@ class L1Retriever(BaseRetriever):
         embedding = query_bundle.embedding or embed_query(self.embed_model, query_bundle.query_str)
         result = self.search(embedding, self.category_filter)
         return [candidate_node(c) for c in result.candidates]
+
+
+def _tests(scope: Scope | None) -> tuple[FieldTest, ...] | None:
+    """The field tests the mirror applies for ``scope`` (one :meth:`L1Retriever.mirror_for` let it serve)."""
+    return scope.tests if scope is not None else None

@@ -14,8 +14,11 @@ from kb_retrieval.retrieval.l1.plans import DenseBm25Plan, FusedPlan, MirrorPlan
 from kb_retrieval.retrieval.l1.retriever import PathFeatures
 from kb_retrieval.retrieval.l1.sdk import SdkPath
 from kb_retrieval.retrieval.l1.vectorstore import VectorStorePath
+from kb_retrieval.retrieval.scope import FieldTest, Scope
 
-SCOPE = 'category == "redis"'
+#: A scope only Milvus evaluates (a metadata key), and one the mirror does (a field test).
+SCOPE = Scope('metadata["team"] == "sre"')
+FIELD_SCOPE = Scope('category == "redis"', (FieldTest("category", frozenset({"redis"})),))
 
 
 @pytest.fixture()
@@ -31,19 +34,20 @@ def lookup_with(sample_settings, embed_model):
         lookup.close()
 
 
-def test_the_memory_plan_serves_unscoped_searches_and_milvus_the_scoped_ones(lookup_with) -> None:
+def test_the_memory_plan_serves_unscoped_searches_and_milvus_the_scopes_only_it_evaluates(lookup_with) -> None:
     hybrid = lookup_with(lookup_plan="memory").pipeline.hybrid
     assert hybrid.lexical_mode == "milvus_bm25"  # Lite 3.2: BM25 in the dense search's own call
     assert isinstance(hybrid.memory_plan, FusedPlan) and isinstance(hybrid.memory_plan.otherwise, MirrorPlan)
     assert isinstance(hybrid.milvus_plan, FusedPlan) and isinstance(hybrid.milvus_plan.otherwise, DenseBm25Plan)
     assert hybrid.plan_for(None) is hybrid.memory_plan
     assert hybrid.plan_for(SCOPE) is hybrid.milvus_plan  # a Milvus expression: only Milvus evaluates it
+    assert hybrid.plan_for(FIELD_SCOPE) is hybrid.memory_plan  # a row mask over the mirror
 
 
 def test_the_milvus_plan_has_no_memory_plan(lookup_with) -> None:
     hybrid = lookup_with(lookup_plan="milvus").pipeline.hybrid
     assert hybrid.memory_plan is None
-    assert hybrid.plan_for(None) is hybrid.plan_for(SCOPE) is hybrid.milvus_plan
+    assert hybrid.plan_for(None) is hybrid.plan_for(SCOPE) is hybrid.plan_for(FIELD_SCOPE) is hybrid.milvus_plan
 
 
 def test_bm25_off_searches_dense_only(lookup_with) -> None:
