@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Self, cast
@@ -125,6 +125,9 @@ class KBSettings(BaseSettings):
         return None if value == "" else value  # KB_SCORING_PROFILE= : the built-in profile
 
     def __init__(self, **values: Any) -> None:  # typed so: the flat names are keywords too, KBSettings(top_k=50)
+        # pydantic-settings' own keywords start with "_" (``_env_file``); any other name must be a setting: the model
+        # ignores extra names (the environment holds KB_ variables of other tools), a keyword it would drop silently.
+        refuse_unknown({k: v for k, v in values.items() if not k.startswith("_")}, self.setting_names())
         super().__init__(**values)
 
     @classmethod
@@ -177,8 +180,7 @@ class KBSettings(BaseSettings):
             >>> KBSettings().updated(top_k=50, evidence={"max_evidence_blocks": 3}).retrieval.top_k
             50
         """
-        if unknown := sorted(set(flattened(changes)) - set(self.setting_names())):
-            raise ValueError(f"unknown setting(s) {', '.join(unknown)}")
+        refuse_unknown(changes, self.setting_names())
         data = self.model_dump()
         for name, value in grouped(changes).items():
             if isinstance(data.get(name), dict) and isinstance(value, Mapping):
@@ -234,6 +236,30 @@ class KBSettings(BaseSettings):
     def l0_index_path(self) -> Path:
         """Where the L0 index of this collection is persisted."""
         return self.storage.state_dir / "l0" / f"{self.storage.collection}.json"
+
+
+def refuse_unknown(values: Mapping[str, Any], names: Sequence[str]) -> None:
+    """Raise when ``values`` (flat or grouped names) holds a name that is no setting; a scoring-profile weight given
+    as a setting is named as one, with the way to set it.
+
+    Example:
+        >>> refuse_unknown({"top_k": 5, "retrieval": {"lexical_top_k": 9}}, KBSettings.setting_names())
+        >>> refuse_unknown({"retrieval": {"top_kk": 5}}, KBSettings.setting_names())
+        Traceback (most recent call last):
+        ...
+        ValueError: unknown setting(s) top_kk
+    """
+    unknown = sorted(set(flattened(values)) - set(names))
+    if not unknown:
+        return
+    weights = [name for name in unknown if name in ScoringProfile.model_fields]
+    hint = (
+        ": a scoring-profile weight, not a setting: KBSettings(scoring=kb_retrieval.scoring_profile."
+        f'BUILT_IN_PROFILE.variant("<suffix>", {weights[0]}=...)) or a profile file (KB_SCORING_PROFILE)'
+        if weights
+        else ""
+    )
+    raise ValueError(f"unknown setting(s) {', '.join(unknown)}{hint}")
 
 
 def __getattr__(name: str) -> Any:

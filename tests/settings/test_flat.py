@@ -151,6 +151,20 @@ def test_updated_takes_flat_or_grouped_names_validates_and_refuses_unknown_ones(
 
 
 @pytest.mark.unit
+def test_a_keyword_that_is_no_setting_is_refused_not_dropped() -> None:
+    # The model ignores extra names (the environment's KB_ variables of other tools); a keyword must not be.
+    for junk in ({"top_kk": 1}, {"retrieval": {"top_kk": 1}}):
+        with pytest.raises(ValueError, match=r"unknown setting\(s\) top_kk$"):
+            KBSettings(**junk)
+    # A scoring-profile weight is named as one, with the way to set it.
+    with pytest.raises(ValueError, match=r"fit_min_queries: a scoring-profile weight, not a setting: .*variant"):
+        KBSettings(fit_min_queries=5)
+    weights = KBSettings().scoring.variant("mine", fit_min_queries=5)
+    assert KBSettings(scoring=weights).scoring.fit_min_queries == 5  # the way the message names
+    assert KBSettings(top_k=7, retrieval={"lexical_top_k": 9}, _env_file=None).retrieval.top_k == 7
+
+
+@pytest.mark.unit
 def test_model_dump_round_trips() -> None:
     settings = KBSettings(
         state_dir="/tmp/kb", milvus_token="user:secret", top_k=5, index_params={"M": 8}, trace_query="hash"
