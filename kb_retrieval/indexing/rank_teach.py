@@ -9,6 +9,7 @@ opens a version that has none (one lookup per pseudo-query, on the memory plan w
 leaves a chunk out is a row mask there); a later load of that version reads it
 (:func:`kb_retrieval.retrieval.rank_fit.load_fit`). A version a reload publishes to a running lookup reads its stored
 fit, or is taught on a thread of its own, its lookups ranking with the configured weights until the fit is published.
+One process at a time teaches a state dir's fits (:func:`teaching_turn`): the others wait for the stored fit.
 
 Example:
     >>> fit = teach_ranking(lookup)  # doctest: +SKIP
@@ -18,8 +19,11 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from llama_index.core.callbacks.base import CallbackManager
@@ -32,11 +36,19 @@ from kb_retrieval.indexing.pseudo_queries import PseudoQuery, SectionRow, pseudo
 from kb_retrieval.knowledge.chunker import BREADCRUMB_SEPARATOR
 from kb_retrieval.models import EvidenceStatus
 from kb_retrieval.retrieval.query_check import EmptyQueryError
-from kb_retrieval.retrieval.rank_fit import PseudoCase, RankFit, choose, load_fit, store_fit
+from kb_retrieval.retrieval.rank_fit import PseudoCase, RankFit, choose, fit_path, load_fit, store_fit
 from kb_retrieval.retrieval.stage import stage_of
 from kb_retrieval.scoring_profile import ScoringProfile
 
+try:  # the teaching turn across processes (POSIX); without it each process teaches for itself, as before
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
 log = logging.getLogger(__name__)
+
+#: How often a process waiting for another's teaching looks for the stored fit (seconds).
+TURN_POLL_S = 0.25
 
 #: Every ranking weight at 1: the ranker's record then holds each signal's raw value.
 UNIT_WEIGHTS = {name: 1.0 for name in ScoringProfile.model_fields if name.startswith("rank_")}
@@ -178,6 +190,54 @@ def teach_ranking(lookup: Any, stop: threading.Event | None = None) -> RankFit |
         return None
     if (stored := load_fit(settings.storage.state_dir, version)) is not None:
         return stored
+    try:
+        with teaching_turn(settings.storage.state_dir, version, stop) as stored:
+            return stored if stored is not None else _teach(lookup, version, stop)
+    except TeachingStopped:
+        log.info("document ranking fit not taught: the lookup was closed")
+        return None
+
+
+@contextlib.contextmanager
+def teaching_turn(state_dir: Path, version: str, stop: threading.Event | None = None) -> Iterator[RankFit | None]:
+    """One process at a time teaches a state dir's versions (``serve --workers N``: each worker opens a version a
+    reload publishes): the block runs holding ``rank-fit/.teaching.lock``; it is given the version's fit when
+    another process stored it meanwhile (then there is nothing to teach), else ``None``. A process that dies
+    teaching lets the lock go (``flock``), and a waiting one teaches instead.
+
+    Raises:
+        TeachingStopped: ``stop`` was set while waiting.
+    """
+    lock = fit_path(state_dir, version).with_name(".teaching.lock")
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(lock, "a+b")  # noqa: SIM115 - held for the block
+    except OSError:  # a read-only state dir: nobody stores a fit in it; teach for this process
+        yield None
+        return
+    with handle:
+        if fcntl is not None:
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if (stored := load_fit(state_dir, version)) is not None:
+                        yield stored
+                        return
+                    if (stop or threading.Event()).wait(TURN_POLL_S):
+                        raise TeachingStopped("closed while another process taught the version") from None
+        try:
+            yield load_fit(state_dir, version)  # stored by the process that held the lock before
+        finally:
+            if fcntl is not None:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _teach(lookup: Any, version: str, stop: threading.Event | None) -> RankFit | None:
+    """Teach ``version``'s fit on ``lookup`` and store it (the caller holds the teaching turn)."""
+    settings = lookup.settings
+    scoring = settings.scoring
     queries = pseudo_queries(section_rows(lookup.client, settings), limit=scoring.fit_queries)
     configured = scoring.ranking_weights()
     if len(queries) < scoring.fit_min_queries:
@@ -186,9 +246,6 @@ def teach_ranking(lookup: Any, stop: threading.Event | None = None) -> RankFit |
     else:
         try:
             cases = collect(lookup, queries, stop)
-        except TeachingStopped:
-            log.info("document ranking fit not taught: the lookup was closed")
-            return None
         except KnowledgeBaseUnavailable as exc:
             log.warning("document ranking fit not taught (the knowledge base could not be searched: %s)", exc)
             return None

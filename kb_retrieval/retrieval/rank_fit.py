@@ -44,6 +44,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kb_retrieval.atomic import atomic_write
+
 #: The weights the identity scale multiplies (the document's own name and opening, by both models).
 IDENTITY = ("doc_title", "doc_summary", "doc_static", "doc_static_title")
 SECTION = "chunk"
@@ -246,9 +248,9 @@ def store_fit(state_dir: Path, fit: RankFit) -> Path:
     """Write ``fit`` for its index version (atomically: a reader sees the old file or the new one)."""
     path = fit_path(state_dir, fit.index_version)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(fit), indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    # A temporary file of its own (atomic_write): processes storing the same fit at once never share one.
+    with atomic_write(path, mode="w", encoding="utf-8") as handle:
+        handle.write(json.dumps(asdict(fit), indent=1, sort_keys=True) + "\n")
     return path
 
 
