@@ -3,7 +3,6 @@ an ``flock`` on a file opened apart, which conflicts with this process's own ope
 
 from __future__ import annotations
 
-import fcntl
 import threading
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from kb_retrieval.indexing.rank_teach import TeachingStopped, teaching_turn
 from kb_retrieval.retrieval.rank_fit import RankFit, fit_path, store_fit
 
 pytestmark = pytest.mark.unit
+fcntl = pytest.importorskip("fcntl", reason="flock is POSIX: elsewhere each process teaches for itself")
 
 
 def _fit(version: str) -> RankFit:
