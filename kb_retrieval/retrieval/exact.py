@@ -37,6 +37,9 @@ from kb_retrieval.retrieval.bm25 import stem
 from kb_retrieval.retrieval.l0_hints import QUESTION_STOPWORDS
 from kb_retrieval.retrieval.templates import PLACEHOLDER
 
+#: Rows of a token read at a time when only a few documents matter (``_holders_of`` with a limit).
+HOLDERS_BLOCK = 64
+
 # A token: word characters with inner . _ - : / * allowed (kube_pod_status_ready, v1beta1.metrics.k8s.io, --flag).
 _TOKEN = re.compile(r"(?:--)?[\w/*][\w.:/*-]*\w|\w")
 _CAMEL = re.compile(r"[a-z][A-Z]")
@@ -227,12 +230,16 @@ class ExactIdentifierIndex:
     def _holders_of(self, token_indexes: Iterable[int], limit: int | None = None) -> dict[str, set[str]] | None:
         """Documents (-> chunks) holding any of the vocabulary's tokens at ``token_indexes``; ``None`` as soon as
         more than ``limit`` documents do (a common token at 100k chunks has thousands of rows)."""
-        slices = [self._rows[self._starts[i] : self._starts[i + 1]] for i in token_indexes]
         out: dict[str, set[str]] = defaultdict(set)
-        for row in np.concatenate(slices).tolist() if slices else []:
-            out[self._sources[row]].add(self._chunk_ids[row])
-            if limit is not None and len(out) > limit:
-                return None
+        for i in token_indexes:
+            start, end = int(self._starts[i]), int(self._starts[i + 1])
+            # With a limit, a block of rows at a time: past it after a few rows, not after converting them all.
+            step = end - start if limit is None else HOLDERS_BLOCK
+            for at in range(start, end, max(step, 1)):
+                for row in self._rows[at : min(at + step, end)].tolist():
+                    out[self._sources[row]].add(self._chunk_ids[row])
+                    if limit is not None and len(out) > limit:
+                        return None
         return out
 
     def document_frequency(self, token: str) -> int:
