@@ -3,6 +3,7 @@ first with found=true on the sample KB and on the public runbooks corpus (real M
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from kb_retrieval.retrieval.evidence import build_evidence_blocks, is_ranking_fill
@@ -184,3 +185,30 @@ def test_a_limit_stops_at_the_first_document_past_it():
     assert index.token_holders("pods", limit=1) is None
     assert index.stem_frequency("pod", limit=1) == 2  # past the limit: limit + 1
     assert index.stem_frequency("pod") == 3
+
+
+@pytest.mark.unit
+def test_a_limit_reads_a_common_tokens_rows_a_block_at_a_time():
+    """A word in every chunk of a large index: past the limit after its first rows, and without a limit (or under
+    it) every holder, across the blocks and across the tokens (here: the stem's words) asked together."""
+    from kb_retrieval.retrieval import exact
+
+    chunks = 3 * exact.HOLDERS_BLOCK + 5
+    rows = [(f"c{i}", f"d{i // 2}.md", "pods pod" if i % 7 else "pods") for i in range(chunks)]
+    index = ExactIdentifierIndex.build(rows)
+    converted: list[int] = []
+
+    class Counted(np.ndarray):
+        def tolist(self):  # type: ignore[override]
+            converted.append(len(self))
+            return super().tolist()
+
+    index._rows = index._rows.view(Counted)
+    assert index.token_holders("pods", limit=1) is None
+    assert converted == [exact.HOLDERS_BLOCK]  # one block read, not the word's every row
+    every = index.token_holders("pods")
+    assert every is not None and len(every) == (chunks + 1) // 2
+    assert sum(len(c) for c in every.values()) == chunks
+    documents = (chunks + 1) // 2
+    assert index.stem_frequency("pod", limit=documents) == documents  # both words' rows, under the limit
+    assert index.stem_frequency("pod", limit=documents - 1) == documents  # past it: limit + 1
