@@ -59,6 +59,7 @@ from kb_retrieval.indexing.static_embed import (
     StaticEmbedder,
     TermWeights,
     load_static_embedder,
+    unit_rows,
 )
 from kb_retrieval.knowledge.loader import KbDocument, LoadedKnowledgeBase
 from kb_retrieval.knowledge.text import cut_to_bytes, heading, is_fence, words
@@ -473,6 +474,5 @@ def common_direction(rows: np.ndarray) -> np.ndarray:
 def without_direction(rows: np.ndarray, direction: np.ndarray) -> np.ndarray:
     """``rows`` with their component along the unit ``direction`` taken out, each renormalised (a zero row stays
     zero)."""
-    rest = rows - np.outer(rows @ direction, direction)
-    norms = np.linalg.norm(rest, axis=1, keepdims=True)
-    return (rest / np.where(norms == 0, 1.0, norms)).astype(np.float32)
+    rest = rows - (rows @ direction)[:, np.newaxis] * direction  # np.outer's product, without its Python
+    return unit_rows(rest).astype(np.float32, copy=False)

@@ -78,16 +78,20 @@ class StaticEmbedder:
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """An (n, dim) float32 array of unit rows."""
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if len(texts) == 1:  # a lookup's query: its words' pieces, mostly seen before
-            token_ids = [self.token_ids(texts[0])]
-        else:
-            token_ids = [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
-        for row, ids in enumerate(token_ids):
-            if ids:  # an id past the table takes its last row ("clip")
-                out[row] = np.take(self.table, ids, axis=0, mode="clip").mean(axis=0)
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.where(norms == 0, 1.0, norms)
+            if not (ids := self.token_ids(texts[0])):
+                return np.zeros((1, self.dim), dtype=np.float32)
+            # The mean as ``mean(axis=0)`` computes it (a float32 sum, divided by the count), without its Python.
+            return unit_rows((np.add.reduce(self._pieces(ids), axis=0) / len(ids))[np.newaxis, :])
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, encoding in enumerate(self.tokenizer.encode_batch(list(texts), add_special_tokens=False)):
+            if encoding.ids:
+                out[row] = self._pieces(encoding.ids).mean(axis=0)
+        return unit_rows(out)
+
+    def _pieces(self, ids: list[int]) -> np.ndarray:
+        """The table's rows of ``ids``; an id past the table takes its last row ("clip")."""
+        return np.take(self.table, ids, axis=0, mode="clip")
 
     def token_ids(self, text: str) -> list[int]:
         """``text``'s token ids (no special tokens), as one ``encode`` of the whole text gives them.
@@ -131,8 +135,7 @@ class StaticEmbedder:
                 distinct = sorted(counts)
                 vectors = self._word_vectors(distinct)
                 out[row] = np.asarray([counts[w] * weight(w) for w in distinct], dtype=np.float32) @ vectors
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.where(norms == 0, 1.0, norms)
+        return unit_rows(out)
 
     def _word_vectors(self, words: Sequence[str]) -> np.ndarray:
         cache: dict[str, np.ndarray] = self.__dict__.setdefault("_word_cache", {})
@@ -141,6 +144,19 @@ class StaticEmbedder:
                 cache.clear()
             cache.update(zip(missing, self.embed(missing), strict=True))
         return np.stack([cache[w] for w in words])
+
+
+def unit_rows(rows: np.ndarray) -> np.ndarray:
+    """``rows`` (2-D float32) each divided by its L2 norm, a zero row left zero: bit for bit what dividing by
+    ``np.linalg.norm(rows, axis=1, keepdims=True)`` gives (the same sum of squares and square root, called without
+    ``norm``'s Python; a lookup normalises its static query vectors four times).
+
+    Example:
+        >>> unit_rows(np.array([[3.0, 4.0], [0.0, 0.0]], dtype=np.float32)).tolist()
+        [[0.6000000238418579, 0.800000011920929], [0.0, 0.0]]
+    """
+    norms = np.sqrt(np.add.reduce(rows * rows, axis=1, keepdims=True))
+    return rows / np.where(norms == 0, 1.0, norms)
 
 
 def _words_tokenise_alone(tokenizer: Tokenizer) -> bool:

@@ -30,17 +30,20 @@ def retrieval_details(
     ``sidecar`` is the compact run of the sidecar (any runner of ``kb_retrieval.sidecar_protocol``) when one ran
     beside the lookup; without one the entry says ``disabled``. ``scoring_profile``: the version of the scoring
     profile the lookup read (``KBSettings.scoring.version``), so a row says which weights ranked it.
+
+    The details share no object with ``result`` (its lists and dicts are copied or dumped): the trace store's
+    writer thread finishes them (:func:`private_details`) after the lookup has returned the result to its caller.
     """
     hints = result.query_transform.hints
     transform = result.query_transform.model_dump(mode="json")
     return {
         "query_transform": transform,
         "l0_hints": {
-            "keywords": hints.matched_keywords,
-            "domains": hints.domains,
-            "entities": hints.entities,
-            "titles": hints.matched_titles,
-            "title_coverage": hints.title_coverage,
+            "keywords": list(hints.matched_keywords),
+            "domains": list(hints.domains),
+            "entities": list(hints.entities),
+            "titles": list(hints.matched_titles),
+            "title_coverage": dict(hints.title_coverage),
         },
         "retrieval_trace": result.retrieval_trace.model_dump(mode="json"),
         "fallback_reason": result.retrieval_trace.fallback_reason,
@@ -54,7 +57,7 @@ def retrieval_details(
                 "retrieval_layer": b.retrieval_layer,
                 "score": b.score,
                 "similarity": b.similarity,
-                "hit_reasons": b.hit_reasons,
+                "hit_reasons": list(b.hit_reasons),
                 "content_preview": b.content[:content_chars],
                 "content_truncated": len(b.content) > content_chars,
             }
@@ -64,7 +67,7 @@ def retrieval_details(
         "final_count": result.retrieval_trace.final_count,
         "relevance_level": result.relevance_level,
         "completeness_hint": result.completeness_hint,
-        "stage_ms": result.stage_ms,
+        "stage_ms": dict(result.stage_ms),
         "sidecar": sidecar if sidecar is not None else disabled_entry(),
         "scoring_profile": scoring_profile,
     }

@@ -156,8 +156,11 @@ class TraceStore:
         False is the truth); in the one case of a database hanging during the commit itself, the outcome cannot be
         known in time and is logged as such.
 
-        The row is built here, from the result as it is now. ``sidecar``: the ``retrieval_details.sidecar`` entry
-        when a sidecar ran beside the lookup; ``scoring_profile``: the version of the profile that ranked it.
+        The row is built here, from the result as it is now (its details hold no object of the result, so what the
+        caller changes later is not written); the writer thread makes its text storable and its query private
+        (:func:`~kb_retrieval.traces.details.private_details`), beside the caller's next work rather than in its
+        lookup. ``sidecar``: the ``retrieval_details.sidecar`` entry when a sidecar ran beside the lookup;
+        ``scoring_profile``: the version of the profile that ranked it.
         """
         waits = self.wait if wait is None else wait
         deadline = time.monotonic() + self.timeout_s + WAIT_MARGIN_S
@@ -170,7 +173,7 @@ class TraceStore:
             "found": result.found,
             "evidence_status": result.evidence_status.value,
             "retrieval_layer": result.retrieval_layer,
-            "retrieval_details": self._details(result, sidecar, scoring_profile),
+            "retrieval_details": retrieval_details(result, self.content_chars, sidecar, scoring_profile),
         }
         job = Job(row, detached=not waits)
         if not self._writer.enqueue(job):
@@ -202,13 +205,6 @@ class TraceStore:
         waiting. Gives nothing up."""
         return self._writer.flush(timeout_s)
 
-    def _details(
-        self, result: LookupResult, sidecar: dict[str, Any] | None, scoring_profile: str | None = None
-    ) -> dict[str, Any]:
-        """``retrieval_details`` with the query texts in the store's query mode and only storable text."""
-        details = retrieval_details(result, self.content_chars, sidecar, scoring_profile)
-        return private_details(details, self.query_mode)
-
     def stored_query(self, text: str) -> str:
         """The query as trace rows keep it: in full, as ``sha256:<hex>``, or as ``[redacted: N characters]``."""
         return stored_query(text, self.query_mode)
@@ -232,10 +228,12 @@ class TraceStore:
                 return
             job.state = "writing"
         try:
+            # The details in the store's query mode and with only storable text: done here, not in the lookup.
+            row = {**job.row, "retrieval_details": private_details(job.row["retrieval_details"], self.query_mode)}
             with self._sqlite_serialised():
                 self._ensure_schema()
                 with self.engine.connect() as connection:
-                    connection.execute(INSERT, job.row)  # what a locked or hung database holds up
+                    connection.execute(INSERT, row)  # what a locked or hung database holds up
                     with job.lock:
                         abandoned = job.state == "abandoned"
                         if not abandoned:

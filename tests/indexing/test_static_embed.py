@@ -17,6 +17,7 @@ from kb_retrieval.indexing.static_embed import (
     TermWeights,
     load_static_embedder,
     static_model_files,
+    unit_rows,
 )
 from kb_retrieval.knowledge.text import words
 
@@ -163,3 +164,26 @@ def test_term_weights_are_worked_out_once_as_the_formula_gives_them():
     weights = TermWeights(documents)
     for word, df in {"a": 3, "b": 1, "c": 1, "d": 1, "never-seen": 0}.items():
         assert weights(word) == math.log((len(documents) + 1) / (df + 0.5))  # exactly: the same float
+
+
+@pytest.mark.unit
+def test_unit_rows_is_the_division_by_numpy_s_norm_bit_for_bit():
+    rng = np.random.default_rng(5)
+    for shape in [(1, 256), (1, 384), (3, 384), (111, 256), (4, 7)]:
+        rows = (rng.standard_normal(shape) * 10.0 ** rng.uniform(-3, 3)).astype(np.float32)
+        rows[-1] = 0.0 if shape[0] > 1 else rows[-1]  # a zero row stays zero
+        norms = np.linalg.norm(rows, axis=1, keepdims=True)
+        assert unit_rows(rows).tobytes() == (rows / np.where(norms == 0, 1.0, norms)).tobytes()
+
+
+def test_a_query_s_vector_is_the_normalised_mean_of_its_pieces_bit_for_bit():
+    # The one-text path computes the mean and the norm without numpy's Python wrappers: the same floats as
+    # ``mean(axis=0)`` and ``np.linalg.norm`` give (the document ranker's static similarities are rounded downstream).
+    model = load_static_embedder()
+    for text in [*_committed_queries()[:300], "one", "KubePodCrashLooping"]:
+        ids = model.token_ids(text)
+        if not ids:
+            continue
+        mean = np.take(model.table, ids, axis=0, mode="clip").mean(axis=0)[np.newaxis, :]
+        expected = mean / np.linalg.norm(mean, axis=1, keepdims=True)
+        assert model.embed([text]).tobytes() == expected.tobytes(), text

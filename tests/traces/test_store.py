@@ -157,3 +157,24 @@ def test_storable_replaces_lone_surrogates_at_any_depth_and_keeps_everything_els
     }
     assert stored["nested"] is not details["nested"] and stored["nested"][0] is not details["nested"][0]
     assert details["query"] == "etcd \ud800 down"  # the details themselves are left as they are
+
+
+def test_a_row_holds_the_result_as_recorded_not_as_changed_after(tmp_path, sample_lookup):
+    # The writer thread finishes the row's details after record() returns: what the caller changes in the result
+    # meanwhile (the engine adds the trace write's own clock to stage_ms) must not reach the row.
+    store = TraceStore(f"sqlite:///{tmp_path / 'traces.db'}", wait=False)
+    result = sample_lookup.lookup(ALERT)
+    assert result.evidence_blocks and result.query_transform.hints.matched_keywords
+    written = json.loads(json.dumps(storable(json.loads(result.model_dump_json()))))
+    assert store.record(ALERT, result) is True
+    result.stage_ms["after_the_record"] = 1.0  # no call between: the writer thread cannot run before these
+    result.evidence_blocks[0].hit_reasons.append("changed:after")
+    result.query_transform.hints.matched_keywords.append("changed-after")
+    result.query_transform.hints.title_coverage["changed/after.md"] = 1.0
+    assert store.flush()
+    details = store.rows()[-1].retrieval_details
+    assert details["stage_ms"] == written["stage_ms"]
+    assert details["evidence_blocks"][0]["hit_reasons"] == written["evidence_blocks"][0]["hit_reasons"]
+    assert details["l0_hints"]["keywords"] == written["query_transform"]["hints"]["matched_keywords"]
+    assert details["l0_hints"]["title_coverage"] == written["query_transform"]["hints"]["title_coverage"]
+    store.close()
