@@ -106,7 +106,7 @@ class Pipeline:
             rank_fit=state.rank_fit,
             query_embed_model=resources.query_embed_model,
             ingest_record=resources.ingest_record,
-            sections=resources.sections,
+            sections=resources.sections.over(dense.mirror_for(None)),  # the mirror's rows on the memory plan
         )
         fields: dict[str, Any] = {"callback_manager": callback_manager} if callback_manager is not None else {}
         postprocessors = (

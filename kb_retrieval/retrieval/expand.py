@@ -6,7 +6,10 @@ runbook (its Diagnosis and Mitigation, not only the chunk that resembled the ale
 context pack decides how much of each document fits.
 
 The sections come from Milvus (one query for the documents not cached yet, restricted to the version the candidate
-came from) and are cached by ``(source, doc_hash)``: a document's rows never change under one hash.
+came from) and are cached by ``(source, doc_hash)``: a document's rows never change under one hash. On the memory plan
+the mirror already holds every row with the fields a section is made of, so they come from it instead, with no Milvus
+call (:meth:`SectionStore.over`); Milvus still gives the documents the mirror does not hold (a candidate of a search
+only Milvus could serve, of a version newer than the mirror).
 
 Example:
     >>> expander = DocumentExpander(sections=SectionStore(client, settings))  # doctest: +SKIP
@@ -17,8 +20,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections import OrderedDict
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
@@ -31,6 +36,9 @@ from kb_retrieval.retrieval.filters import in_expr
 from kb_retrieval.retrieval.hybrid import LookupQuery
 from kb_retrieval.retrieval.runtime import note_limitation
 from kb_retrieval.retrieval.stage import HitKind, StageData, hit_reason, stage_of, write_stage
+
+if TYPE_CHECKING:
+    from kb_retrieval.retrieval.l1.memory import MemoryMirror
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +55,8 @@ class SectionStore:
         self.max_documents = max_documents
         self._cache: OrderedDict[tuple[str, str], list[DocumentSection]] = OrderedDict()
         self._lock = threading.Lock()
+        #: The store reading each mirror (:meth:`over`), kept while the mirror is (a reload builds a new mirror).
+        self._mirrored: weakref.WeakKeyDictionary[MemoryMirror, SectionStore] = weakref.WeakKeyDictionary()
 
     def sections(self, keys: list[tuple[str, str]], timeout: float | None = None) -> dict[tuple[str, str], list[Any]]:
         """Sections (unmarked) of each ``(source, doc_hash)``; a document Milvus no longer holds is left out."""
@@ -68,6 +78,17 @@ class SectionStore:
             found.update(fetched)
         return found
 
+    def over(self, mirror: MemoryMirror | None) -> SectionStore:
+        """The store a pipeline reads sections from: with the memory plan's ``mirror`` (``L1Retriever.mirror_for``),
+        one reading that mirror's rows (the same for every pipeline over it, so its cache is shared), this one for what
+        the mirror does not hold; without, this one. The one place that decides where sections come from."""
+        if mirror is None:
+            return self
+        with self._lock:
+            if (store := self._mirrored.get(mirror)) is None:
+                store = self._mirrored[mirror] = MirrorSectionStore(mirror, self)
+        return store
+
     def _fetch(self, keys: list[tuple[str, str]], timeout: float | None) -> dict[tuple[str, str], list[Any]]:
         s = self.settings
         rows = self.client.query(
@@ -77,20 +98,49 @@ class SectionStore:
             limit=MAX_ROWS,
             timeout=timeout or s.storage.milvus_search_timeout_s,
         )
-        wanted = set(keys)
-        by_doc: dict[tuple[str, str], list[DocumentSection]] = {}
-        for row in rows:
-            meta = row.get(s.schema_fields.metadata_field) or {}
-            key = (str(row.get(s.schema_fields.source_field)), str(meta.get("doc_hash")))
-            if key in wanted and isinstance(meta.get("position"), int):
-                by_doc.setdefault(key, []).append(
-                    DocumentSection(
-                        breadcrumb=meta.get("breadcrumb"),
-                        content=row.get(s.schema_fields.content_field) or "",
-                        position=meta["position"],
-                    )
+        return document_sections(rows, s, keys)
+
+
+class MirrorSectionStore(SectionStore):
+    """On the memory plan: a document's sections from the mirror's rows (every row, with its source, content and
+    metadata), cached as :class:`SectionStore` caches them; a document the mirror does not hold comes from ``milvus``.
+    Built by :meth:`SectionStore.over`."""
+
+    def __init__(self, mirror: MemoryMirror, milvus: SectionStore) -> None:
+        super().__init__(milvus.client, milvus.settings, milvus.max_documents)
+        self.mirror = mirror
+        self.milvus = milvus
+
+    def _fetch(self, keys: list[tuple[str, str]], timeout: float | None) -> dict[tuple[str, str], list[Any]]:
+        sources = sorted({source for source, _ in keys})
+        found = document_sections(
+            self.mirror.rows_holding(self.settings.schema_fields.source_field, sources), self.settings, keys
+        )
+        if rest := [key for key in keys if key not in found]:
+            found.update(self.milvus.sections(rest, timeout))
+        return found
+
+
+def document_sections(
+    rows: Iterable[dict[str, Any]], settings: KBSettings, keys: list[tuple[str, str]]
+) -> dict[tuple[str, str], list[DocumentSection]]:
+    """The sections of each ``(source, doc_hash)`` of ``keys`` among ``rows`` (a source's rows, from Milvus or the
+    mirror), in position order; a row without a position is no section."""
+    fields = settings.schema_fields
+    wanted = set(keys)
+    by_doc: dict[tuple[str, str], list[DocumentSection]] = {}
+    for row in rows:
+        meta = row.get(fields.metadata_field) or {}
+        key = (str(row.get(fields.source_field)), str(meta.get("doc_hash")))
+        if key in wanted and isinstance(meta.get("position"), int):
+            by_doc.setdefault(key, []).append(
+                DocumentSection(
+                    breadcrumb=meta.get("breadcrumb"),
+                    content=row.get(fields.content_field) or "",
+                    position=meta["position"],
                 )
-        return {key: sorted(sections, key=lambda x: x.position) for key, sections in by_doc.items()}
+            )
+    return {key: sorted(sections, key=lambda x: x.position) for key, sections in by_doc.items()}
 
 
 class DocumentExpander(BaseNodePostprocessor):

@@ -255,7 +255,7 @@ def test_a_scope_the_mirror_evaluates_answers_as_milvus_without_a_milvus_search(
         expected = _scoped_answer(milvus, query, scope)
         assert expected[2], filters  # the scope keeps some evidence: a comparison, not two empty answers
         with pytest.MonkeyPatch.context() as patch:
-            for name in ("search", "hybrid_search"):  # (a document's sections are read by key on either plan)
+            for name in ("search", "hybrid_search", "query"):  # (sections too: from the mirror's rows)
                 patch.setattr(client, name, refused(name))
             assert _scoped_answer(memory, query, scope) == expected, filters
             attempts = memory.lookup(query, filters=scope).retrieval_trace.attempts
@@ -264,6 +264,40 @@ def test_a_scope_the_mirror_evaluates_answers_as_milvus_without_a_milvus_search(
     assert searches == []
     metadata_key = MetadataFilters(filters=[MetadataFilter(key="title", value="Redis memory usage high")])
     assert {a.path for a in memory.lookup(query, filters=metadata_key).retrieval_trace.attempts} != {"memory"}
+
+
+def test_the_memory_plan_expands_documents_from_the_mirror_without_a_milvus_query(sample_lookup, embed_model):
+    """Every evidence document's sections on the memory plan are the milvus plan's (read from Milvus), and come from
+    the mirror's rows: no Milvus call at all, with the section cache empty."""
+    from kb_retrieval.retrieval.expand import DocumentExpander, MirrorSectionStore, SectionStore
+
+    memory, milvus = _both_plans(sample_lookup, embed_model)
+    queries = [json.loads(line)["query"] for line in (REPO / "golden" / "sample-kb.jsonl").read_text().splitlines()]
+
+    def sections(lookup, query: str) -> list[tuple[str, list]]:
+        return [(b.source, b.sections) for b in lookup.lookup(query).evidence_blocks]
+
+    expected = {query: sections(milvus, query) for query in queries[:12]}
+    assert sum(len(s) for blocks in expected.values() for _, s in blocks) > 100  # documents were expanded
+    (expander,) = [p for p in memory.pipeline.postprocessors if isinstance(p, DocumentExpander)]
+    (plain,) = [p for p in milvus.pipeline.postprocessors if isinstance(p, DocumentExpander)]
+    assert isinstance(expander.sections, MirrorSectionStore) and type(plain.sections) is SectionStore
+    expander.sections._cache.clear()  # what teaching the fit read: every document is read again below
+    calls: list[str] = []
+
+    def refused(name: str):
+        def call(*args, **kwargs):
+            calls.append(name)
+            raise AssertionError(f"the memory plan sent a Milvus {name}")
+
+        return call
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("query", "search", "hybrid_search"):  # (the freshness check reads the version by key)
+            patch.setattr(sample_lookup.client, name, refused(name))
+        for query, blocks in expected.items():
+            assert sections(memory, query) == blocks, query
+    assert calls == []
 
 
 @pytest.mark.timeout(600)
