@@ -208,6 +208,9 @@ def teaching_turn(state_dir: Path, version: str, stop: threading.Event | None = 
     Raises:
         TeachingStopped: ``stop`` was set while waiting.
     """
+    if fcntl is None:  # no flock: each process teaches for itself
+        yield None
+        return
     lock = fit_path(state_dir, version).with_name(".teaching.lock")
     try:
         lock.parent.mkdir(parents=True, exist_ok=True)
@@ -216,22 +219,27 @@ def teaching_turn(state_dir: Path, version: str, stop: threading.Event | None = 
         yield None
         return
     with handle:
-        if fcntl is not None:
-            while True:
-                try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if (stored := load_fit(state_dir, version)) is not None:
-                        yield stored
-                        return
-                    if (stop or threading.Event()).wait(TURN_POLL_S):
-                        raise TeachingStopped("closed while another process taught the version") from None
+        if (stored := _await_turn(handle, state_dir, version, stop)) is not None:
+            yield stored
+            return
         try:
             yield load_fit(state_dir, version)  # stored by the process that held the lock before
         finally:
-            if fcntl is not None:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _await_turn(handle: Any, state_dir: Path, version: str, stop: threading.Event | None) -> RankFit | None:
+    """Take the teaching lock on ``handle`` (``None``), or the version's fit another process stored meanwhile."""
+    waiting = stop or threading.Event()
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return None
+        except BlockingIOError:
+            if (stored := load_fit(state_dir, version)) is not None:
+                return stored
+            if waiting.wait(TURN_POLL_S):
+                raise TeachingStopped("closed while another process taught the version") from None
 
 
 def _teach(lookup: Any, version: str, stop: threading.Event | None) -> RankFit | None:
