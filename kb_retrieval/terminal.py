@@ -8,7 +8,7 @@ Example:
     >>> reason_in_words("l0_keyword:RedisMemoryHigh")
     'keyword RedisMemoryHigh'
     >>> reason_in_words("l1_document:title 0.788 summary 0.828 text 0.800 static 0.659 weighted title 0.349")
-    'document as a whole close (summary 0.83)'
+    'whole-document similarity (summary 0.83)'
     >>> reason_in_words("l1_document:placed 4, ranked 6: from the fourth place the ranking alternates with content "
     ...                 "(text 0.634)")
     'placed 4, ranked 6 (alternating with content, 0.63)'
@@ -147,7 +147,7 @@ def reasons_in_words(hit_reasons: list[str], limit: int = MAX_REASONS) -> str:
 
     Example:
         >>> reasons_in_words(["l1_semantic:0.481", "l0_keyword:RedisMemoryHigh"])
-        'keyword RedisMemoryHigh; meaning close (0.48)'
+        'keyword RedisMemoryHigh; meaning similarity 0.48'
     """
     order = {kind.value: index for index, kind in enumerate(_KIND_ORDER)}
     reasons = sorted(hit_reasons, key=lambda r: order.get(r.partition(":")[0], len(order)))
@@ -198,12 +198,12 @@ def reason_in_words(reason: str) -> str:
     if kind == HitKind.L1_DOCUMENT.value:
         scores = dict((name, float(value)) for name, value in re.findall(r"([a-z ]+?) (\d+\.\d+)", detail))
         name, best = max(scores.items(), key=lambda item: item[1], default=("", 0.0))
-        return f"document as a whole close ({name.strip()} {best:.2f})" if name else "document as a whole close"
+        return f"whole-document similarity ({name.strip()} {best:.2f})" if name else "whole-document similarity"
     if kind == HitKind.L1_RANK.value:
         where = "below" if fills_after_evidence(reason) else "above"
         return f"ranked {where} the first document at the evidence threshold"
     if kind == HitKind.L1_SEMANTIC.value:
-        return f"meaning close ({_number(detail, 2)})"
+        return f"meaning similarity {_number(detail, 2)}"
     if kind == HitKind.LEXICAL_BM25.value:
         return f"same words (BM25 {_number(detail, 2)} of the best)"
     if kind == HitKind.L0_TITLE_TERMS.value:

@@ -230,7 +230,7 @@ def test_reasons_read_as_words():
     assert reason_in_words("l0_title_terms:0.90") == "90% of the title's words in the query"
     assert reason_in_words("exact_match:maxmemory-policy") == "exact identifier maxmemory-policy"
     assert reason_in_words("l1_document:title 0.547 summary 0.511 text 0.616") == (
-        "document as a whole close (text 0.62)"
+        "whole-document similarity (text 0.62)"
     )
     assert reason_in_words("something_new:x") == "something_new:x"  # an unknown kind is shown as it is
 

@@ -104,7 +104,7 @@ def test_the_page_runs_a_query_and_shows_content_as_text(served, tmp_path):
     # The sections, the attempts, the rerank and ranking signals, and the trace rows are on the page.
     for heading in ("Evidence blocks", "Attempts", "Rerank contributions and document-ranking signals"):
         assert f"<h3>{heading}</h3>" in page
-    assert "matched sections:" in page and "meaning close (" in page and "path served" in page
+    assert "matched sections:" in page and "meaning similarity " in page and "path served" in page
     assert re.search(r"<th>ranking signals</th>", page) and "doc_" in page  # document-ranking signals per document
     traces = page[page.index('id="traces"') :]
     assert html.escape(query, quote=False) in traces
