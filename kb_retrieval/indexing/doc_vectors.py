@@ -47,11 +47,11 @@ from pymilvus import DataType, MilvusClient
 from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.embeddings import embed_passages, normalise
 from kb_retrieval.indexing.milvus import (
-    QUERY_WINDOW,
     VARCHAR_LIMITS,
     companion_problem,
     ensure_side_collection,
     iter_rows,
+    rows_where,
 )
 from kb_retrieval.indexing.static_embed import (
     STATIC_DIM,
@@ -311,15 +311,15 @@ def _chunk_means(client: MilvusClient, settings: KBSettings, docs: Sequence[KbDo
     sums: dict[str, np.ndarray] = {}
     for start in range(0, len(docs), CHUNK_QUERY_DOCUMENTS):
         sources = [doc.source_id for doc in docs[start : start + CHUNK_QUERY_DOCUMENTS]]
-        rows = client.query(
-            settings.storage.collection,
-            filter=in_expr(settings.schema_fields.source_field, sources),
-            output_fields=[
+        rows = rows_where(
+            client,
+            settings,
+            in_expr(settings.schema_fields.source_field, sources),
+            [
                 settings.schema_fields.source_field,
                 settings.schema_fields.vector_field,
                 settings.schema_fields.metadata_field,
             ],
-            limit=QUERY_WINDOW,
             consistency_level="Strong",
         )
         for row in rows:

@@ -31,6 +31,7 @@ from pydantic import Field, PrivateAttr
 from pymilvus import MilvusClient
 
 from kb_retrieval.config import KBSettings
+from kb_retrieval.indexing.milvus import rows_where
 from kb_retrieval.models import DocumentSection
 from kb_retrieval.retrieval.filters import in_expr
 from kb_retrieval.retrieval.hybrid import LookupQuery
@@ -41,9 +42,6 @@ if TYPE_CHECKING:
     from kb_retrieval.retrieval.l1.memory import MemoryMirror
 
 log = logging.getLogger(__name__)
-
-#: Rows fetched for one batch of documents at most (Milvus' query window).
-MAX_ROWS = 16_384
 
 
 class SectionStore:
@@ -91,11 +89,11 @@ class SectionStore:
 
     def _fetch(self, keys: list[tuple[str, str]], timeout: float | None) -> dict[tuple[str, str], list[Any]]:
         s = self.settings
-        rows = self.client.query(
-            s.storage.collection,
-            filter=in_expr(s.schema_fields.source_field, sorted({source for source, _ in keys})),
-            output_fields=[s.schema_fields.source_field, s.schema_fields.content_field, s.schema_fields.metadata_field],
-            limit=MAX_ROWS,
+        rows = rows_where(
+            self.client,
+            s,
+            in_expr(s.schema_fields.source_field, sorted({source for source, _ in keys})),
+            [s.schema_fields.source_field, s.schema_fields.content_field, s.schema_fields.metadata_field],
             timeout=timeout or s.storage.milvus_search_timeout_s,
         )
         return document_sections(rows, s, keys)

@@ -24,6 +24,7 @@ from kb_retrieval.indexing.milvus.rows import (
     QUERY_WINDOW,
     count_rows,
     iter_rows,
+    rows_where,
 )
 from kb_retrieval.indexing.milvus.schema import (
     BM25_FUNCTION,
@@ -86,6 +87,7 @@ __all__ = [
     "private_files",
     "quiet_lite_unimplemented_rpcs",
     "release_lite",
+    "rows_where",
     "search_params",
     "validate_collection",
     "vector_index",

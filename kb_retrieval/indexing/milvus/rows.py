@@ -1,9 +1,10 @@
-"""Reading a collection's rows: all of them in batches past Milvus' query window, or their count, at strong
-consistency."""
+"""Reading a collection's rows: all of them, or those a filter selects, in batches past Milvus' query window, or their
+count, at strong consistency."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 from pymilvus import MilvusClient
@@ -39,11 +40,49 @@ def iter_rows(
             if len(rows) < QUERY_WINDOW:  # all of them (rows written since the count are within the slack)
                 yield from rows
                 return
+    yield from _iterated(client, name, "", output_fields, batch_size)
+
+
+def rows_where(
+    client: MilvusClient,
+    settings: KBSettings,
+    expr: str,
+    output_fields: list[str],
+    *,
+    timeout: float | None = None,
+    consistency_level: str | None = None,
+    batch_size: int = 2000,
+) -> list[dict[str, Any]]:
+    """Every row of the collection that ``expr`` selects, selected fields: one query while they fit in Milvus' query
+    window, else read again by the query iterator. A query returns at most the window and does not say that it cut
+    (the sources of 50 documents of 330 chunks each fill it)."""
+    name = settings.storage.collection
+    level = {"consistency_level": consistency_level} if consistency_level else {}
+    rows: list[dict[str, Any]] = client.query(
+        name, filter=expr, output_fields=output_fields, limit=QUERY_WINDOW, timeout=timeout, **level
+    )
+    if len(rows) < QUERY_WINDOW:
+        return rows
+    return list(_iterated(client, name, expr, output_fields, batch_size, timeout=timeout))
+
+
+def _iterated(
+    client: MilvusClient,
+    name: str,
+    expr: str,
+    output_fields: list[str],
+    batch_size: int,
+    *,
+    timeout: float | None = None,
+) -> Iterator[dict[str, Any]]:
+    """The rows ``expr`` selects (every row when it is ""), page by page through the query iterator."""
     # Milvus Lite has no AllocTimestamp RPC; the iterator falls back to a client-side timestamp, which is correct
     # for our reads but logs a warning and a server-side error each time. Keep those out of the user's terminal.
     logging.getLogger("pymilvus.orm.iterator").setLevel(logging.ERROR)
     quiet_lite_unimplemented_rpcs()
-    iterator = client.query_iterator(name, batch_size=batch_size, filter="", output_fields=output_fields)
+    iterator = client.query_iterator(
+        name, batch_size=batch_size, filter=expr, output_fields=output_fields, timeout=timeout
+    )
     try:
         while batch := iterator.next():
             yield from batch
