@@ -126,13 +126,15 @@ def pseudo_queries(rows: Iterable[SectionRow], *, limit: int = 200, with_heading
     """At most ``limit`` pseudo-queries, one per section (its first chunk), in a fixed order of the sections.
 
     Sections under the document's own title only (its opening) are skipped: the document's summary vector is made
-    of them, so they would teach the summary's weight, not a question's."""
+    of them, so they would teach the summary's weight, not a question's. The same queries come of the rows in any
+    order: of two chunks at a section's first position (two versions of a document), the smaller chunk id is taken,
+    the one a read of the collection gives first (in primary-key order)."""
     first: dict[tuple[str, tuple[str, ...]], SectionRow] = {}
     for row in rows:
         if len(row.breadcrumb) < 2:
             continue
         key = (row.source, tuple(row.breadcrumb))
-        if key not in first or row.position < first[key].position:
+        if key not in first or (row.position, row.chunk_id) < (first[key].position, first[key].chunk_id):
             first[key] = row
     out: list[PseudoQuery] = []
     for row in sorted(first.values(), key=_order):

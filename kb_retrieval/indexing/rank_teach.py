@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,8 +108,9 @@ class _NoTraces:
         return False
 
 
-def section_rows(client: Any, settings: KBSettings) -> list[SectionRow]:
-    """Every chunk of the collection as a :class:`SectionRow`."""
+def section_rows(client: Any, settings: KBSettings, read: Iterable[dict[str, Any]] | None = None) -> list[SectionRow]:
+    """Every chunk of the collection as a :class:`SectionRow`, from one scan (or from ``read``: rows already read
+    with these fields, the memory plan's mirror: at 100k chunks a second scan of Milvus Lite took ~25 s)."""
     from kb_retrieval.indexing.milvus import iter_rows
 
     fields = [
@@ -119,7 +120,7 @@ def section_rows(client: Any, settings: KBSettings) -> list[SectionRow]:
         settings.schema_fields.metadata_field,
     ]
     rows = []
-    for row in iter_rows(client, settings, fields):
+    for row in read if read is not None else iter_rows(client, settings, fields):
         meta = row.get(settings.schema_fields.metadata_field) or {}
         rows.append(
             SectionRow(
@@ -246,7 +247,10 @@ def _teach(lookup: Any, version: str, stop: threading.Event | None) -> RankFit |
     """Teach ``version``'s fit on ``lookup`` and store it (the caller holds the teaching turn)."""
     settings = lookup.settings
     scoring = settings.scoring
-    queries = pseudo_queries(section_rows(lookup.client, settings), limit=scoring.fit_queries)
+    # The memory plan holds every row already (the state of this version): no second scan of the collection.
+    mirror = lookup.state.memory
+    rows = section_rows(lookup.client, settings, mirror.rows if mirror is not None else None)
+    queries = pseudo_queries(rows, limit=scoring.fit_queries)
     configured = scoring.ranking_weights()
     if len(queries) < scoring.fit_min_queries:
         reason = f"kept: {len(queries)} pseudo-queries, fewer than {scoring.fit_min_queries}"

@@ -53,3 +53,14 @@ def test_the_calibration_form_asks_the_heading_and_is_the_one_calibration_uses()
     assert heading_query("Guide > Flags", "Usage: run it - then stop.") == "Flags: Usage:"
     assert heading_query("", "x" * 300 + ". Next.") == "x" * 200
     assert calibration.pseudo_query is heading_query
+
+
+def test_two_chunks_at_a_sections_first_position_give_the_smaller_id_in_any_order() -> None:
+    """Two versions of a document both hold a section's first chunk: the smaller chunk id is asked (the one a read of
+    the collection gives first), whatever order the rows come in (a scan's, or the memory plan's mirror's)."""
+    rows = [
+        _row("b-new", "x.md", ["X", "Why"], "The second version says why this happens at all.", position=0),
+        _row("a-old", "x.md", ["X", "Why"], "The first version says why this happens at all.", position=0),
+    ]
+    assert [q.chunk_id for q in pseudo_queries(rows)] == ["a-old"]
+    assert pseudo_queries(list(reversed(rows))) == pseudo_queries(rows)

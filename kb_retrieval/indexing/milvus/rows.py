@@ -14,13 +14,16 @@ from kb_retrieval.indexing.milvus.connection import quiet_lite_unimplemented_rpc
 
 #: Milvus' query window: offset + limit of one query at most this many rows.
 QUERY_WINDOW = 16_384
+#: Rows a page of :func:`iter_rows` reads: each page of Milvus Lite's query iterator costs ~0.2 s beside its rows
+#: (a read of 100k chunks: ~29 s in pages of 2000, ~20 s in pages of 8000 or 16384; the same rows in the same order).
+PAGE_ROWS = QUERY_WINDOW // 2
 
 
 def iter_rows(
     client: MilvusClient,
     settings: KBSettings,
     output_fields: list[str],
-    batch_size: int = 2000,
+    batch_size: int = PAGE_ROWS,
     *,
     collection: str | None = None,
 ) -> Any:
