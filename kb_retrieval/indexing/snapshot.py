@@ -1,8 +1,9 @@
 """A local snapshot of the state a lookup object reads from every chunk, one per index version.
 
 A :class:`~kb_retrieval.engine.KnowledgeLookup` reads every chunk of the collection at start: the memory plan's mirror
-(vectors, BM25 postings, rows) and the exact-identifier index. At 100k chunks that read is ~50 s on
-Milvus Lite (Lite's own query iterator ~22 s, decoding the rows ~8 s, the indexes ~20 s), and it was paid again by
+(vectors, BM25 postings, rows) and the exact-identifier index. At 100k chunks that read and build took ~50 s on
+Milvus Lite in pages of 2000 rows (Lite's own query iterator ~22 s, decoding the rows ~8 s, the indexes ~20 s), still
+~21-24 s in pages of 8192 (docs/measurements.md), and it was paid again by
 every process: each CLI call, each worker of a service, each notebook kernel. What it builds depends only on what the
 collection holds, and the index version names that (ingest publishes a new one after every write; a version never
 comes back). So the first process to read a version writes what it built to ``<state_dir>/snapshots``, and a later

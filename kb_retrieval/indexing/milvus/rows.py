@@ -54,7 +54,7 @@ def rows_where(
     *,
     timeout: float | None = None,
     consistency_level: str | None = None,
-    batch_size: int = 2000,
+    batch_size: int = PAGE_ROWS,
 ) -> list[dict[str, Any]]:
     """Every row of the collection that ``expr`` selects, selected fields: one query while they fit in Milvus' query
     window, else read again by the query iterator. A query returns at most the window and does not say that it cut
