@@ -59,6 +59,21 @@ def own_process() -> bool:
     return _own_process
 
 
+#: What a command that looks up sets in its own process when the user has not (before numpy is imported): one
+#: OpenBLAS thread. Its pool (a thread per core) spins after each matrix product beside the query encoder's threads:
+#: on 10k chunks a warm lookup's embedding took ~1.5 ms longer and the process ~40% more CPU with it
+#: (docs/measurements.md), and starting it cost a cold lookup more than it saved. A user's own value is kept.
+LOOKUP_ENVIRONMENT = {"OPENBLAS_NUM_THREADS": "1"}
+
+
+def set_lookup_environment() -> None:
+    """:data:`LOOKUP_ENVIRONMENT` in the command's own process (:func:`own_process`), the user's values kept; a
+    process that calls ``main`` keeps its environment."""
+    if own_process():
+        for name, value in LOOKUP_ENVIRONMENT.items():
+            os.environ.setdefault(name, value)
+
+
 @contextlib.contextmanager
 def start_up_gc() -> Iterator[None]:
     """Around a command's imports and set-up in the CLI's own process: no cyclic garbage collection while they run

@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from kb_retrieval.cli.common import own_process, require_knowledge_base, start_up_gc
+from kb_retrieval.cli.common import require_knowledge_base, set_lookup_environment, start_up_gc
 from kb_retrieval.cli_args import CliError, add_lookup_arguments, register_secret, settings_from_args
 from kb_retrieval.config import KBSettings
 from kb_retrieval.output import result_json
@@ -21,10 +21,6 @@ STDIN = "-"
 #: Where ``lookup`` sends its queries when set (``--server`` overrides it), and the token it sends with them.
 SERVER_URL_ENV = "KB_SERVER_URL"
 SERVER_TOKEN_ENV = "KB_SERVER_TOKEN"
-#: What an in-process lookup in the CLI's own process sets when the user has not (before numpy is imported): one
-#: OpenBLAS thread. Starting its pool (a thread per core) cost a cold lookup more than it saved on one query's few
-#: small matrix products; a user's own value is kept.
-LOOKUP_ENVIRONMENT = {"OPENBLAS_NUM_THREADS": "1"}
 
 
 @dataclass(frozen=True)
@@ -54,9 +50,7 @@ def run(args: argparse.Namespace) -> int:
         return _lookup_through_server(server_url, cases, args)
     require_knowledge_base(settings)
 
-    if own_process():
-        for name, value in LOOKUP_ENVIRONMENT.items():
-            os.environ.setdefault(name, value)
+    set_lookup_environment()
     with start_up_gc():
         # This process is the CLI's: LlamaIndex's package __init__ files (its indices, chat engines...) run only if
         # something asks for them, which a lookup through the memory plan never does (kb_retrieval.deferred_imports).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from kb_retrieval.cli.common import user_error
+from kb_retrieval.cli.common import set_lookup_environment, user_error
 from kb_retrieval.cli_args import (
     CliError,
     add_lookup_arguments,
@@ -24,6 +24,7 @@ EXIT_ADDRESS_IN_USE = 3
 
 def run(args: argparse.Namespace) -> int:
     """Serve until stopped; ``EXIT_ADDRESS_IN_USE`` when the address cannot be bound."""
+    set_lookup_environment()  # before numpy is imported; the workers it starts inherit it
     require_extra("serve", SERVE_MODULES, "serve")
     from pydantic import ValidationError
 

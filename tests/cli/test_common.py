@@ -53,3 +53,40 @@ def test_start_up_gc_in_the_clis_process_collects_nothing_then_freezes(monkeypat
     finally:
         gc.unfreeze()  # this test process's objects back in the collector's care
         gc.enable()
+
+
+SERVE_ENVIRONMENT_SCRIPT = textwrap.dedent(
+    """
+    import os, sys
+    from kb_retrieval.cli import run, serve
+
+    def stop(*args, **kwargs):  # serve's first step after the environment: what numpy would read
+        print(os.environ.get("OPENBLAS_NUM_THREADS"), "numpy" in sys.modules)
+        raise SystemExit(0)
+
+    serve.require_extra = stop
+    sys.argv = ["kb-retrieval", "serve"]
+    run.main()
+    """
+)
+
+
+def test_lookup_environment_in_the_clis_process_keeps_the_users_values(monkeypatch) -> None:
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    common.set_lookup_environment()  # not the CLI's process: nothing set
+    assert "OPENBLAS_NUM_THREADS" not in common.os.environ
+    monkeypatch.setattr(common, "_own_process", True)
+    common.set_lookup_environment()
+    assert common.os.environ["OPENBLAS_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "4")
+    common.set_lookup_environment()
+    assert common.os.environ["OPENBLAS_NUM_THREADS"] == "4"
+
+
+def test_serve_sets_one_blas_thread_before_numpy_is_imported() -> None:
+    env = {k: v for k, v in offline_env().items() if k != "OPENBLAS_NUM_THREADS"}
+    proc = subprocess.run(
+        [sys.executable, "-c", SERVE_ENVIRONMENT_SCRIPT], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["1", "False"]
