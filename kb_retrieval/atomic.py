@@ -5,6 +5,10 @@ One helper for every file the project keeps (the L0 index, state snapshots, cali
 the ONNX exports and their weight notes), so each gets the same guarantees: nothing under the target's name until
 the content is complete and on disk, and no temporary file left behind by an error.
 
+A writer holds an exclusive ``flock`` on its temporary file until the rename, so :func:`stale_temporaries` (what a
+killed process left) never names another live process's file: two ingests saving the same L0 index at once each
+finish their own write.
+
 Example:
     >>> import pathlib, tempfile
     >>> folder = pathlib.Path(tempfile.mkdtemp())
@@ -19,15 +23,21 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import glob
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
 #: The suffix of every temporary file this module makes (``.<target name>.<random>.tmp``).
 TEMP_SUFFIX = ".tmp"
+
+#: A temporary file younger than this (seconds) is never called stale: it may be one a writer has just made and not
+#: yet locked (the lock follows ``mkstemp`` by microseconds).
+STALE_AFTER_S = 60.0
 
 
 @contextlib.contextmanager
@@ -40,9 +50,9 @@ def atomic_path(target: str | Path, *, mode: int | None = None) -> Iterator[Path
     """
     target = Path(target)
     fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=TEMP_SUFFIX)
-    os.close(fd)
     temp = Path(name)
     try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # held until the rename: this temporary file is live, not stale
         yield temp
         _fsync(temp)
         if mode is not None:
@@ -51,6 +61,7 @@ def atomic_path(target: str | Path, *, mode: int | None = None) -> Iterator[Path
     finally:
         with contextlib.suppress(FileNotFoundError):
             temp.unlink()
+        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -74,16 +85,51 @@ def atomic_write(
         yield handle
 
 
-def stale_temporaries(target: str | Path) -> list[Path]:
-    """Temporary files of ``target`` that a killed process left behind (an error never leaves one)."""
+def stale_temporaries(target: str | Path, *, older_than_s: float = STALE_AFTER_S) -> list[Path]:
+    """Temporary files of ``target`` that a killed process left behind (an error never leaves one): no writer holds
+    them and they are older than ``older_than_s`` seconds. Another process's write in progress is never among them.
+    """
     target = Path(target)
-    return sorted(target.parent.glob(f".{glob.escape(target.name)}.*{TEMP_SUFFIX}"))
+    now = time.time()
+    return [
+        temp
+        for temp in sorted(target.parent.glob(f".{glob.escape(target.name)}.*{TEMP_SUFFIX}"))
+        if _unheld(temp) and _age_s(temp, now) >= older_than_s
+    ]
 
 
 def _fsync(path: Path) -> None:
-    """The file's content on disk before the rename: after a crash the target is the old file or the new one."""
+    """The file's content on disk before the rename: after a crash the target is the old file or the new one.
+
+    Opened by name, not through the lock's descriptor: a library given the path may have written a new file there.
+    """
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _unheld(path: Path) -> bool:
+    """No process holds the writer's lock on ``path`` (``False`` when it is held, or gone)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return True
+    finally:
+        os.close(fd)
+
+
+def _age_s(path: Path, now: float) -> float:
+    """Seconds since ``path`` was last written (0 when it is gone)."""
+    try:
+        return now - path.stat().st_mtime
+    except OSError:
+        return 0.0

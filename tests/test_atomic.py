@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -76,10 +79,54 @@ def test_the_content_is_synced_before_the_rename(tmp_path, monkeypatch) -> None:
     assert events == ["fsync", "replace"]
 
 
+def _writer(target) -> subprocess.Popen:
+    """Another process that starts an atomic write of ``target``, says ``ready`` and waits on its stdin mid-write
+    (the caller lets it finish, or kills it)."""
+    code = (
+        "import sys; from kb_retrieval.atomic import atomic_write\n"
+        "with atomic_write(sys.argv[1]) as handle:\n"
+        "    handle.write('partial'); handle.flush(); print('ready', flush=True); sys.stdin.readline()\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(target)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def _backdate(path, seconds: float) -> None:
+    when = time.time() - seconds
+    os.utime(path, (when, when))
+
+
 def test_stale_temporaries_finds_what_a_killed_writer_left(tmp_path) -> None:
     target = tmp_path / "index[1].json"  # glob characters in the name are matched literally
-    context = atomic_path(target)
-    temp = context.__enter__()  # a process killed here never runs the block's exit
+    proc = _writer(target)
+    proc.kill()
+    proc.wait()
+    (temp,) = tmp_path.glob(".index[[]1].json.*.tmp")
     (tmp_path / "other.json").write_text("{}", encoding="utf-8")
+    assert stale_temporaries(target) == []  # just written: it could be a writer's that has not locked it yet
+    _backdate(temp, atomic.STALE_AFTER_S + 1)
     assert stale_temporaries(target) == [temp]
     assert stale_temporaries(tmp_path / "other.json") == []
+
+
+def test_a_live_writers_temporary_is_never_stale(tmp_path) -> None:
+    """Two ingests save one L0 index at the same moment: one must not remove the other's file mid-write."""
+    target = tmp_path / "index.json"
+    proc = _writer(target)
+    try:
+        (temp,) = tmp_path.glob(".index.json.*.tmp")
+        _backdate(temp, atomic.STALE_AFTER_S + 1)  # however old, a held file is live
+        assert stale_temporaries(target) == []
+        with atomic_write(target) as handle:  # this process's own write meanwhile
+            handle.write("mine")
+            assert stale_temporaries(target) == []
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.write("\n")
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+    assert target.read_text(encoding="utf-8") == "partial"  # the other writer finished its own write
+    assert _names(tmp_path) == ["index.json"]
