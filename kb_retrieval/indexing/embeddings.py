@@ -175,8 +175,11 @@ def _query_embedder(model: BaseEmbedding) -> Callable[[str], Embedding]:
     model's callback manager has none, it has no embeddings cache or rate limiter, and its class keeps core's
     ``get_query_embedding``. The same vector either way; the wrapper alone cost ~0.15 ms of the interpreter per
     query (a span binding ``inspect.signature``, a ``uuid4`` per span and event, the model's fields as a payload).
+    The model's own method carries core's span too (``DispatcherSpanMixin`` puts one on every implementation of
+    an abstract method, sent where the model's module's spans go): it is called under that span only when a handler
+    listens there (:func:`~kb_retrieval.retrieval.events.unspanned`).
     Read on every call, not cached: a handler attached later is heard from the next query on."""
-    from kb_retrieval.retrieval.events import listening
+    from kb_retrieval.retrieval.events import listening, unspanned
 
     manager = getattr(model, "callback_manager", None)
     if (
@@ -187,7 +190,8 @@ def _query_embedder(model: BaseEmbedding) -> Callable[[str], Embedding]:
         and getattr(model, "rate_limiter", None) is None
         and not listening(_EMBEDDING_DISPATCHER)
     ):
-        return model._get_query_embedding
+        plain = unspanned(type(model), "_get_query_embedding")
+        return model._get_query_embedding if plain is None else plain.__get__(model)
     return model.get_query_embedding
 
 

@@ -10,7 +10,8 @@
   listens where they go; with none, the stage is called directly. A core span costs ~77 us on this machine (it
   binds ``inspect.signature``, draws a ``uuid4`` and walks the handlers on every call). The postprocessors' spans
   (core's ``DispatcherSpanMixin`` puts one on every ``_postprocess_nodes``) are skipped the same way by
-  :func:`postprocess`.
+  :func:`postprocess`, and the query encoder's (on its ``_get_query_embedding``) by
+  :func:`~kb_retrieval.indexing.embeddings.embed_query`, through :func:`unspanned`.
 
 Example:
     >>> with lookup_retrieval("redis memory high") as done:  # doctest: +SKIP
@@ -106,11 +107,23 @@ def postprocess(
     # Read from the class on every call (a few attribute reads), not cached: a method replaced on the class later
     # (a subclass, a test's spy) is the one called, and one without core's span is called through the entry point.
     own_entry = kind.postprocess_nodes is not BaseNodePostprocessor.postprocess_nodes
-    method = None if own_entry else getattr(kind._postprocess_nodes, "__wrapped__", None)
-    if method is None or listening(_span_dispatcher(kind.__module__)):
+    method = None if own_entry else unspanned(kind, "_postprocess_nodes")
+    if method is None:
         return postprocessor.postprocess_nodes(nodes, query_bundle=query_bundle)
     ranked: list[NodeWithScore] = method(postprocessor, nodes, query_bundle)
     return ranked
+
+
+def unspanned(kind: type, name: str) -> Callable[..., Any] | None:
+    """The function under the span core's ``DispatcherSpanMixin`` put on ``kind.<name>`` (an implementation of an
+    abstract method: a postprocessor's ``_postprocess_nodes``, an embedding's ``_get_query_embedding``), when no
+    handler listens where that span goes; ``None`` when the method has no such span or a handler listens.
+
+    Read from the class on each call, not cached (a method replaced later is the one returned)."""
+    method = getattr(getattr(kind, name, None), "__wrapped__", None)
+    if method is None or listening(_span_dispatcher(kind.__module__)):
+        return None
+    return method
 
 
 @functools.lru_cache(maxsize=64)

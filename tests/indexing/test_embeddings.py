@@ -209,3 +209,31 @@ def test_a_query_skips_core_s_wrapper_only_when_nothing_would_hear_it() -> None:
     assert embed_query(with_callbacks, "etcd has no leader") == quiet
     assert len(debug.get_event_pairs()) == 1
     assert _query_embedder(model) == model._get_query_embedding  # the handlers gone, quiet again
+
+
+@pytest.mark.unit
+def test_a_quiet_query_skips_the_span_on_the_model_s_own_method_too(monkeypatch) -> None:
+    """Core's ``DispatcherSpanMixin`` puts a span on the model's own ``_get_query_embedding`` (an implementation of
+    an abstract method): with no handler, ``embed_query`` draws no span id (a ``uuid4``) at all; a span handler
+    where the model's module's spans go still gets the span, and the vector is the same."""
+    from llama_index.core.instrumentation import get_dispatcher
+    from llama_index.core.instrumentation.span_handlers import SimpleSpanHandler
+    from llama_index_instrumentation import dispatcher as core_dispatcher
+
+    from kb_retrieval.indexing.embeddings import embed_query
+
+    model = Recording()
+    assert hasattr(type(model)._get_query_embedding, "__wrapped__")  # the mixin's span is there to skip
+    drawn: list[int] = []
+    real_uuid4 = core_dispatcher.uuid.uuid4
+    monkeypatch.setattr(core_dispatcher.uuid, "uuid4", lambda: (drawn.append(1), real_uuid4())[1])
+    quiet = embed_query(model, "etcd has no leader")
+    assert drawn == []
+    own = get_dispatcher(Recording.__module__)
+    spans = SimpleSpanHandler()
+    own.add_span_handler(spans)
+    try:
+        assert embed_query(model, "etcd has no leader") == quiet
+    finally:
+        own.span_handlers.remove(spans)
+    assert [s.id_.split("-")[0] for s in spans.completed_spans] == ["Recording._get_query_embedding"]
