@@ -233,6 +233,20 @@ class KBSettings(BaseSettings):
         """True when the URI names a Milvus server rather than a Milvus Lite file."""
         return self.resolved_milvus_uri().startswith(("http://", "https://", "tcp://", "grpc://"))
 
+    def milvus_location(self) -> str:
+        """Where the collection lives, for the keys of what a state dir keeps about it (state snapshots, the
+        calibration): a server's URI, or ``lite:`` and the Milvus Lite file's path relative to the state dir when
+        the file is inside it, so a state dir moved or copied whole keeps its snapshot and calibration (a Lite
+        file elsewhere: its absolute path)."""
+        uri = self.resolved_milvus_uri()
+        if self.is_milvus_server():
+            return uri
+        lite = Path(uri).expanduser().resolve()
+        try:
+            return "lite:" + lite.relative_to(self.storage.state_dir.expanduser().resolve()).as_posix()
+        except ValueError:
+            return "lite:" + lite.as_posix()
+
     def l0_index_path(self) -> Path:
         """Where the L0 index of this collection is persisted."""
         return self.storage.state_dir / "l0" / f"{self.storage.collection}.json"

@@ -113,8 +113,9 @@ def _code() -> str:
 
 
 def _family(settings: KBSettings) -> str:
-    """The collection this snapshot is of (its URI and name): one snapshot is kept per family."""
-    where = f"{settings.resolved_milvus_uri()}\n{settings.storage.collection}"
+    """The collection this snapshot is of (where it lives and its name): one snapshot is kept per family. A Lite
+    file inside the state dir counts by its place there, so a state dir moved or copied keeps its snapshot."""
+    where = f"{settings.milvus_location()}\n{settings.storage.collection}"
     return hashlib.sha256(where.encode()).hexdigest()[:12]
 
 

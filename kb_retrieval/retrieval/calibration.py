@@ -264,12 +264,14 @@ def background_of(
 
 
 def _cache_key(settings: KBSettings, version: str) -> str:
-    """What the background depends on: the index version, the query model and how it is measured."""
+    """What the background depends on: the index version, the query model and how it is measured (where the
+    collection lives counts as :meth:`~kb_retrieval.config.KBSettings.milvus_location` does: a state dir moved or
+    copied whole keeps its calibration)."""
     how = {
         "format": CACHE_FORMAT,
         "version": version,
         "collection": settings.storage.collection,
-        "uri": settings.resolved_milvus_uri(),
+        "uri": settings.milvus_location(),
         "model": settings.embedding.embed_model,
         "encoder": settings.embedding.query_encoder,
         "samples": [MIN_SAMPLES, MAX_SAMPLES],

@@ -92,6 +92,29 @@ def test_a_later_lookup_loads_the_snapshot_and_answers_the_same(kb_state, monkey
     plain.close()
 
 
+def test_a_state_dir_moved_whole_keeps_its_snapshot_and_calibration(kb_state, tmp_path, monkeypatch):
+    """A state dir built once and then moved or copied (a prepared image, another machine's path) opens from its
+    snapshot and keeps its measured calibration: their keys hold the Milvus Lite file's place in the state dir, not
+    its absolute path. The same answers."""
+    settings, _ = kb_state
+    first = KnowledgeLookup(settings)
+    expected = _answers(first)
+    first.close()
+    release_lite(settings)
+    moved = tmp_path / "elsewhere" / "state"
+    shutil.move(settings.storage.state_dir, moved)
+    _no_reads(monkeypatch)
+
+    def no_measure(*args, **kwargs):
+        raise AssertionError("the calibration was measured again")
+
+    monkeypatch.setattr("kb_retrieval.retrieval.calibration.measure", no_measure)
+    later = KnowledgeLookup(KBSettings(state_dir=moved))
+    assert later.state_source == "snapshot"
+    assert _answers(later) == expected
+    later.close()
+
+
 def test_a_new_index_version_is_read_from_milvus_and_replaces_the_snapshot(tmp_path, embed_model):
     kb = tmp_path / "kb"
     shutil.copytree(SAMPLE_KB, kb)
