@@ -5,9 +5,10 @@ One helper for every file the project keeps (the L0 index, state snapshots, cali
 the ONNX exports and their weight notes), so each gets the same guarantees: nothing under the target's name until
 the content is complete and on disk, and no temporary file left behind by an error.
 
-A writer holds an exclusive ``flock`` on its temporary file until the rename, so :func:`stale_temporaries` (what a
-killed process left) never names another live process's file: two ingests saving the same L0 index at once each
-finish their own write.
+A writer holds an exclusive ``flock`` on its temporary file until the rename, and :func:`remove_stale_temporaries`
+(what a killed process left) removes a file only while holding that lock itself: two ingests saving the same L0
+index at once each finish their own write. A writer whose new file was removed before it took the lock (the moment
+between creating and locking it) sees that under the lock and makes another.
 
 Example:
     >>> import pathlib, tempfile
@@ -27,7 +28,6 @@ import fcntl
 import glob
 import os
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -35,9 +35,8 @@ from typing import IO, Any
 #: The suffix of every temporary file this module makes (``.<target name>.<random>.tmp``).
 TEMP_SUFFIX = ".tmp"
 
-#: A temporary file younger than this (seconds) is never called stale: it may be one a writer has just made and not
-#: yet locked (the lock follows ``mkstemp`` by microseconds).
-STALE_AFTER_S = 60.0
+#: How many times a writer makes a new temporary file when a clean-up removed the one it had just made.
+_ATTEMPTS = 5
 
 
 @contextlib.contextmanager
@@ -49,10 +48,8 @@ def atomic_path(target: str | Path, *, mode: int | None = None) -> Iterator[Path
     (``0o644`` for a cache other users read); by default the owner's only.
     """
     target = Path(target)
-    fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=TEMP_SUFFIX)
-    temp = Path(name)
+    fd, temp = _locked_temporary(target)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # held until the rename: this temporary file is live, not stale
         yield temp
         _fsync(temp)
         if mode is not None:
@@ -61,7 +58,21 @@ def atomic_path(target: str | Path, *, mode: int | None = None) -> Iterator[Path
     finally:
         with contextlib.suppress(FileNotFoundError):
             temp.unlink()
-        os.close(fd)
+        os.close(fd)  # the lock goes with it
+
+
+def _locked_temporary(target: Path) -> tuple[int, Path]:
+    """A new temporary file beside ``target``, open and locked (``flock``, exclusive) by this process."""
+    for _ in range(_ATTEMPTS):
+        fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=TEMP_SUFFIX)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # waits while a clean-up holds it to remove it
+        try:
+            if os.stat(name).st_ino == os.fstat(fd).st_ino:
+                return fd, Path(name)  # still ours: no clean-up can remove it while the lock is held
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # removed as stale between its making and the lock: make another
+    raise OSError(f"could not keep a temporary file beside {target}: each was removed as it was made")
 
 
 @contextlib.contextmanager
@@ -85,17 +96,35 @@ def atomic_write(
         yield handle
 
 
-def stale_temporaries(target: str | Path, *, older_than_s: float = STALE_AFTER_S) -> list[Path]:
-    """Temporary files of ``target`` that a killed process left behind (an error never leaves one): no writer holds
-    them and they are older than ``older_than_s`` seconds. Another process's write in progress is never among them.
-    """
+def remove_stale_temporaries(target: str | Path) -> list[Path]:
+    """Remove the temporary files of ``target`` that a killed process left behind (an error never leaves one): those
+    no writer holds, each removed while this process holds its lock (a writer that made it in that moment finds it
+    gone and makes another). Another process's write in progress is never touched. The paths removed."""
+    removed = []
+    for temp in _temporaries(target):
+        try:
+            fd = os.open(temp, os.O_RDONLY)
+        except OSError:
+            continue  # renamed or removed meanwhile
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)  # a live writer's
+            continue
+        try:
+            if os.stat(temp).st_ino == os.fstat(fd).st_ino:  # the name still the file locked
+                temp.unlink()
+                removed.append(temp)
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _temporaries(target: str | Path) -> list[Path]:
     target = Path(target)
-    now = time.time()
-    return [
-        temp
-        for temp in sorted(target.parent.glob(f".{glob.escape(target.name)}.*{TEMP_SUFFIX}"))
-        if _unheld(temp) and _age_s(temp, now) >= older_than_s
-    ]
+    return sorted(target.parent.glob(f".{glob.escape(target.name)}.*{TEMP_SUFFIX}"))
 
 
 def _fsync(path: Path) -> None:
@@ -108,28 +137,3 @@ def _fsync(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _unheld(path: Path) -> bool:
-    """No process holds the writer's lock on ``path`` (``False`` when it is held, or gone)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return False
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return True
-    finally:
-        os.close(fd)
-
-
-def _age_s(path: Path, now: float) -> float:
-    """Seconds since ``path`` was last written (0 when it is gone)."""
-    try:
-        return now - path.stat().st_mtime
-    except OSError:
-        return 0.0

@@ -7,12 +7,12 @@ import os
 import stat
 import subprocess
 import sys
-import time
+from pathlib import Path
 
 import pytest
 
 from kb_retrieval import atomic
-from kb_retrieval.atomic import atomic_path, atomic_write, stale_temporaries
+from kb_retrieval.atomic import atomic_path, atomic_write, remove_stale_temporaries
 
 
 def _names(folder) -> list[str]:
@@ -94,39 +94,52 @@ def _writer(target) -> subprocess.Popen:
     return proc
 
 
-def _backdate(path, seconds: float) -> None:
-    when = time.time() - seconds
-    os.utime(path, (when, when))
-
-
-def test_stale_temporaries_finds_what_a_killed_writer_left(tmp_path) -> None:
+def test_removing_stale_temporaries_takes_what_a_killed_writer_left(tmp_path) -> None:
     target = tmp_path / "index[1].json"  # glob characters in the name are matched literally
     proc = _writer(target)
     proc.kill()
     proc.wait()
     (temp,) = tmp_path.glob(".index[[]1].json.*.tmp")
     (tmp_path / "other.json").write_text("{}", encoding="utf-8")
-    assert stale_temporaries(target) == []  # just written: it could be a writer's that has not locked it yet
-    _backdate(temp, atomic.STALE_AFTER_S + 1)
-    assert stale_temporaries(target) == [temp]
-    assert stale_temporaries(tmp_path / "other.json") == []
+    assert remove_stale_temporaries(tmp_path / "other.json") == []
+    assert remove_stale_temporaries(target) == [temp]
+    assert _names(tmp_path) == ["other.json"]
 
 
-def test_a_live_writers_temporary_is_never_stale(tmp_path) -> None:
+def test_a_live_writers_temporary_is_never_removed(tmp_path) -> None:
     """Two ingests save one L0 index at the same moment: one must not remove the other's file mid-write."""
     target = tmp_path / "index.json"
     proc = _writer(target)
     try:
-        (temp,) = tmp_path.glob(".index.json.*.tmp")
-        _backdate(temp, atomic.STALE_AFTER_S + 1)  # however old, a held file is live
-        assert stale_temporaries(target) == []
+        assert remove_stale_temporaries(target) == []
         with atomic_write(target) as handle:  # this process's own write meanwhile
             handle.write("mine")
-            assert stale_temporaries(target) == []
+            assert remove_stale_temporaries(target) == []
     finally:
         assert proc.stdin is not None
         proc.stdin.write("\n")
         proc.stdin.close()
         assert proc.wait(timeout=60) == 0
     assert target.read_text(encoding="utf-8") == "partial"  # the other writer finished its own write
+    assert _names(tmp_path) == ["index.json"]
+
+
+def test_a_temporary_removed_before_its_writer_locked_it_is_made_again(tmp_path, monkeypatch) -> None:
+    """The moment between making a temporary file and locking it: a clean-up then removes it as stale; the writer
+    sees that under its lock and writes through a new one."""
+    made: list[str] = []
+    real_mkstemp = atomic.tempfile.mkstemp
+
+    def made_then_cleaned(**kwargs):
+        fd, name = real_mkstemp(**kwargs)
+        made.append(name)
+        if len(made) == 1:
+            assert remove_stale_temporaries(tmp_path / "index.json") == [Path(name)]
+        return fd, name
+
+    monkeypatch.setattr(atomic.tempfile, "mkstemp", made_then_cleaned)
+    with atomic_write(tmp_path / "index.json") as handle:
+        handle.write("whole")
+    assert len(made) == 2
+    assert (tmp_path / "index.json").read_text(encoding="utf-8") == "whole"
     assert _names(tmp_path) == ["index.json"]

@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 from pymilvus import DataType, MilvusClient
 
-from kb_retrieval.atomic import atomic_write, stale_temporaries
+from kb_retrieval.atomic import atomic_write, remove_stale_temporaries
 from kb_retrieval.config import KBSettings
 from kb_retrieval.indexing.index_version import index_version
 from kb_retrieval.indexing.milvus import (
@@ -118,8 +118,7 @@ class L0Index(BaseModel):
         Temporary files a killed run left behind are removed first.
         """
         path.parent.mkdir(parents=True, exist_ok=True)
-        for stale in stale_temporaries(path):
-            stale.unlink(missing_ok=True)
+        remove_stale_temporaries(path)
         payload = json.dumps(self.model_dump(mode="json"), sort_keys=True, indent=1, ensure_ascii=False)
         with atomic_write(path) as handle:
             handle.write(payload + "\n")
