@@ -88,7 +88,8 @@ class StorageSettings(BaseModel):
         description="Keep what a lookup object builds from every chunk (the memory plan's mirror, the "
         "exact-identifier index) in <state_dir>/snapshots, one per collection and index version: a later process "
         "with the same index version loads it instead of reading the collection (100k chunks: about 1 s instead of "
-        "50 s; ~0.45 GB of disk). Milvus stays the store of record: a new version is read from it.",
+        "50 s; ~0.45 GB of disk), also after the state dir was moved or copied whole (a Milvus Lite file inside it "
+        "counts by its place there). Milvus stays the store of record: a new version is read from it.",
     )
 
     @field_validator("milvus_uri")
