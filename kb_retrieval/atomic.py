@@ -62,10 +62,15 @@ def atomic_path(target: str | Path, *, mode: int | None = None) -> Iterator[Path
 
 
 def _locked_temporary(target: Path) -> tuple[int, Path]:
-    """A new temporary file beside ``target``, open and locked (``flock``, exclusive) by this process."""
+    """A new temporary file beside ``target``, open and locked (``flock``, exclusive) by this process; unlocked on a
+    file system that takes no ``flock`` (where :func:`remove_stale_temporaries` cannot lock it either, and so
+    removes nothing)."""
     for _ in range(_ATTEMPTS):
         fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=TEMP_SUFFIX)
-        fcntl.flock(fd, fcntl.LOCK_EX)  # waits while a clean-up holds it to remove it
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # waits while a clean-up holds it to remove it
+        except OSError:
+            return fd, Path(name)  # no locks here (ENOLCK): written as before, never removed as stale
         try:
             if os.stat(name).st_ino == os.fstat(fd).st_ino:
                 return fd, Path(name)  # still ours: no clean-up can remove it while the lock is held
@@ -109,7 +114,7 @@ def remove_stale_temporaries(target: str | Path) -> list[Path]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            os.close(fd)  # a live writer's
+            os.close(fd)  # a live writer's (or a file system without locks: nothing is known to be stale)
             continue
         try:
             if os.stat(temp).st_ino == os.fstat(fd).st_ino:  # the name still the file locked

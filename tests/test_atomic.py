@@ -143,3 +143,21 @@ def test_a_temporary_removed_before_its_writer_locked_it_is_made_again(tmp_path,
     assert len(made) == 2
     assert (tmp_path / "index.json").read_text(encoding="utf-8") == "whole"
     assert _names(tmp_path) == ["index.json"]
+
+
+def test_a_file_system_without_locks_writes_as_before_and_removes_nothing(tmp_path, monkeypatch) -> None:
+    """Where ``flock`` fails (ENOLCK: some network file systems), a write still completes, and no temporary file is
+    taken for stale, since none can be known to be."""
+    import errno
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    leftover = tmp_path / ".index.json.left.tmp"
+    leftover.write_text("killed", encoding="utf-8")
+    monkeypatch.setattr(atomic.fcntl, "flock", no_locks)
+    with atomic_write(tmp_path / "index.json") as handle:
+        handle.write("whole")
+    assert (tmp_path / "index.json").read_text(encoding="utf-8") == "whole"
+    assert remove_stale_temporaries(tmp_path / "index.json") == []
+    assert _names(tmp_path) == [".index.json.left.tmp", "index.json"]
