@@ -71,11 +71,8 @@ def _locked_temporary(target: Path) -> tuple[int, Path]:
             fcntl.flock(fd, fcntl.LOCK_EX)  # waits while a clean-up holds it to remove it
         except OSError:
             return fd, Path(name)  # no locks here (ENOLCK): written as before, never removed as stale
-        try:
-            if os.stat(name).st_ino == os.fstat(fd).st_ino:
-                return fd, Path(name)  # still ours: no clean-up can remove it while the lock is held
-        except FileNotFoundError:
-            pass
+        if _still_named(name, fd):
+            return fd, Path(name)  # still ours: no clean-up can remove it while the lock is held
         os.close(fd)  # removed as stale between its making and the lock: make another
     raise OSError(f"could not keep a temporary file beside {target}: each was removed as it was made")
 
@@ -117,14 +114,20 @@ def remove_stale_temporaries(target: str | Path) -> list[Path]:
             os.close(fd)  # a live writer's (or a file system without locks: nothing is known to be stale)
             continue
         try:
-            if os.stat(temp).st_ino == os.fstat(fd).st_ino:  # the name still the file locked
-                temp.unlink()
+            if _still_named(temp, fd):
+                temp.unlink(missing_ok=True)
                 removed.append(temp)
-        except FileNotFoundError:
-            pass
         finally:
             os.close(fd)
     return removed
+
+
+def _still_named(path: str | Path, fd: int) -> bool:
+    """``path`` still names the file open as ``fd`` (not removed, nor replaced by another file)."""
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
 
 
 def _temporaries(target: str | Path) -> list[Path]:
