@@ -262,6 +262,16 @@ class ScoringProfile(BaseModel):
             "exact_match": self.rank_exact_match,
         }
 
+    def fit_inputs(self) -> dict[str, float]:
+        """What a knowledge base's ranking fit depends on besides the knowledge base: the ranking weights (the
+        grid's first point, the one a choice must beat) and how many pseudo-queries it asks (``fit_queries``,
+        ``fit_min_queries``). A fit stored under other inputs is taught again (``RankFit.taught_under``)."""
+        return {
+            **self.ranking_weights(),
+            "fit_queries": float(self.fit_queries),
+            "fit_min_queries": float(self.fit_min_queries),
+        }
+
     def boosts(self) -> dict[str, float]:
         """The rerank boosts by the names the rerank trace records."""
         return {

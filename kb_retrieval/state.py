@@ -174,7 +174,12 @@ def _read(
     read_s = round(time.perf_counter() - started, 3)
     doc_vectors = DocumentVectors.load_from_milvus(client, settings) if settings.retrieval.document_ranking else None
     # The ranking mixture this index version taught itself at ingest (kb_retrieval.indexing.rank_teach), if any.
-    rank_fit = load_fit(settings.storage.state_dir, index.index_version) if settings.scoring.fit_ranking else None
+    # One taught under another scoring profile (its weights, fit_queries) is not this one's: it is taught again.
+    rank_fit = (
+        load_fit(settings.storage.state_dir, index.index_version, settings.scoring.fit_inputs())
+        if settings.scoring.fit_ranking
+        else None
+    )
     # What makes a word a rare term: the documents' own titles and headings, as recorded at ingest.
     names = named_terms({s: [e.title, *e.headings] for s, e in index.documents.items()}) if exact else {}
     if parts is None and key and plan == asked:

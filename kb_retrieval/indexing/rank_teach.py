@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 from collections.abc import Iterable, Iterator
@@ -36,7 +37,14 @@ from kb_retrieval.indexing.pseudo_queries import PseudoQuery, SectionRow, pseudo
 from kb_retrieval.knowledge.chunker import BREADCRUMB_SEPARATOR
 from kb_retrieval.models import EvidenceStatus
 from kb_retrieval.retrieval.query_check import EmptyQueryError
-from kb_retrieval.retrieval.rank_fit import PseudoCase, RankFit, choose, fit_path, load_fit, store_fit
+from kb_retrieval.retrieval.rank_fit import (
+    PseudoCase,
+    RankFit,
+    choose,
+    fit_path,
+    load_fit,
+    store_fit,
+)
 from kb_retrieval.retrieval.stage import stage_of
 from kb_retrieval.scoring_profile import ScoringProfile
 
@@ -189,10 +197,11 @@ def teach_ranking(lookup: Any, stop: threading.Event | None = None) -> RankFit |
     version = lookup.state.index_version
     if not version or not lookup.state.known_documents:  # nothing ingested yet: nothing to teach, nothing written
         return None
-    if (stored := load_fit(settings.storage.state_dir, version)) is not None:
+    inputs = scoring.fit_inputs()
+    if (stored := load_fit(settings.storage.state_dir, version, inputs)) is not None:
         return stored
     try:
-        with teaching_turn(settings.storage.state_dir, version, stop) as stored:
+        with teaching_turn(settings.storage.state_dir, version, stop, taught_under=inputs) as stored:
             return stored if stored is not None else _teach(lookup, version, stop)
     except TeachingStopped:
         log.info("document ranking fit not taught: the lookup was closed")
@@ -200,11 +209,18 @@ def teach_ranking(lookup: Any, stop: threading.Event | None = None) -> RankFit |
 
 
 @contextlib.contextmanager
-def teaching_turn(state_dir: Path, version: str, stop: threading.Event | None = None) -> Iterator[RankFit | None]:
+def teaching_turn(
+    state_dir: Path,
+    version: str,
+    stop: threading.Event | None = None,
+    *,
+    taught_under: dict[str, float] | None = None,
+) -> Iterator[RankFit | None]:
     """One process at a time teaches a state dir's versions (``serve --workers N``: each worker opens a version a
     reload publishes): the block runs holding ``rank-fit/.teaching.lock``; it is given the version's fit when
     another process stored it meanwhile (then there is nothing to teach), else ``None``. A process that dies
-    teaching lets the lock go (``flock``), and a waiting one teaches instead.
+    teaching lets the lock go (``flock``), and a waiting one teaches instead. ``taught_under``: only a fit taught
+    under these inputs counts (:func:`~kb_retrieval.retrieval.rank_fit.load_fit`).
 
     Raises:
         TeachingStopped: ``stop`` was set while waiting.
@@ -220,16 +236,22 @@ def teaching_turn(state_dir: Path, version: str, stop: threading.Event | None = 
         yield None
         return
     with handle:
-        if (stored := _await_turn(handle, state_dir, version, stop)) is not None:
+        if (stored := _await_turn(handle, state_dir, version, stop, taught_under)) is not None:
             yield stored
             return
         try:
-            yield load_fit(state_dir, version)  # stored by the process that held the lock before
+            yield load_fit(state_dir, version, taught_under)  # stored by the process that held the lock before
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _await_turn(handle: Any, state_dir: Path, version: str, stop: threading.Event | None) -> RankFit | None:
+def _await_turn(
+    handle: Any,
+    state_dir: Path,
+    version: str,
+    stop: threading.Event | None,
+    taught_under: dict[str, float] | None = None,
+) -> RankFit | None:
     """Take the teaching lock on ``handle`` (``None``), or the version's fit another process stored meanwhile."""
     waiting = stop or threading.Event()
     while True:
@@ -237,7 +259,7 @@ def _await_turn(handle: Any, state_dir: Path, version: str, stop: threading.Even
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return None
         except BlockingIOError:
-            if (stored := load_fit(state_dir, version)) is not None:
+            if (stored := load_fit(state_dir, version, taught_under)) is not None:
                 return stored
             if waiting.wait(TURN_POLL_S):
                 raise TeachingStopped("closed while another process taught the version") from None
@@ -269,6 +291,7 @@ def _teach(lookup: Any, version: str, stop: threading.Event | None) -> RankFit |
             log.info("document ranking fit not taught: the index version changed while it was taught")
             return None
         fit = choose(cases, configured, index_version=version, min_queries=scoring.fit_min_queries)
+    fit = dataclasses.replace(fit, taught_under=scoring.fit_inputs())
     try:
         store_fit(settings.storage.state_dir, fit)
     except OSError as exc:  # a read-only state dir: the fit serves this process only

@@ -57,8 +57,8 @@ IDENTITY_SCALES = (0.0, 0.5, 1.0)
 LEXICAL_WEIGHTS = (1.0, 2.0, 4.0, 8.0, 16.0)
 #: Changes when what a fit holds, how it is chosen or the signals it is chosen on change: a stored fit of another
 #: format is taught again (3: the ``l0`` signal counts the document's title once,
-#: :func:`~kb_retrieval.retrieval.doc_rank.l0_signal`).
-FIT_FORMAT = 3
+#: :func:`~kb_retrieval.retrieval.doc_rank.l0_signal`; 4: a fit records what it was taught under, ``taught_under``).
+FIT_FORMAT = 4
 #: A choice replaces the configured weights only when its mean gain exceeds this many standard errors.
 NOISE_SE = 2.0
 FOLDS = 5
@@ -92,6 +92,9 @@ class RankFit:
     grid: list[dict[str, float]] = field(default_factory=list)
     #: ``rank_lexical`` as chosen (None: as configured).
     lexical_weight: float | None = None
+    #: What the fit was taught under (``ScoringProfile.fit_inputs``): a lookup whose scoring profile gives other
+    #: inputs teaches the version again rather than rank with a choice made on other weights or another sample.
+    taught_under: dict[str, float] = field(default_factory=dict)
     format: int = FIT_FORMAT
 
     @property
@@ -254,13 +257,15 @@ def store_fit(state_dir: Path, fit: RankFit) -> Path:
     return path
 
 
-def load_fit(state_dir: Path, index_version: str) -> RankFit | None:
-    """The fit stored for ``index_version``; ``None`` when there is none or it cannot be read."""
+def load_fit(state_dir: Path, index_version: str, taught_under: dict[str, float] | None = None) -> RankFit | None:
+    """The fit stored for ``index_version``; ``None`` when there is none, it cannot be read, or (``taught_under``
+    given) it was taught under other inputs (``ScoringProfile.fit_inputs``: a changed profile teaches again)."""
     path = fit_path(state_dir, index_version)
     try:
         data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
         if data.get("format") != FIT_FORMAT:  # chosen on another grid: taught again
             return None
-        return RankFit(**data)
+        fit = RankFit(**data)
     except (OSError, ValueError, TypeError):
         return None
+    return fit if taught_under is None or fit.taught_under == taught_under else None

@@ -3,6 +3,7 @@ similarity, its BM25 and the identity weights chosen on them."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -95,6 +96,19 @@ def test_a_fit_is_stored_per_index_version(tmp_path) -> None:
     store_fit(tmp_path, fit)
     assert load_fit(tmp_path, "ab:cd") == fit
     assert load_fit(tmp_path, "other") is None
+
+
+def test_a_fit_taught_under_other_inputs_is_not_loaded_for_these(tmp_path) -> None:
+    """A fit records what it was taught under (the configured weights, fit_queries, fit_min_queries); a caller that
+    gives its own inputs gets the stored fit only when they are the same (else it teaches the version again)."""
+    inputs = {**CONFIGURED, "fit_queries": 400.0, "fit_min_queries": 50.0}
+    fit = choose([_section_case(i) for i in range(60)], CONFIGURED, index_version="v1", min_queries=50)
+    fit = dataclasses.replace(fit, taught_under=inputs)
+    store_fit(tmp_path, fit)
+    assert load_fit(tmp_path, "v1", inputs) == fit
+    assert load_fit(tmp_path, "v1") == fit  # no inputs given: whatever is stored
+    assert load_fit(tmp_path, "v1", {**inputs, "fit_queries": 200.0}) is None
+    assert load_fit(tmp_path, "v1", {**inputs, "doc_title": 0.5}) is None
 
 
 def test_a_fit_stored_in_an_earlier_format_is_taught_again(tmp_path) -> None:

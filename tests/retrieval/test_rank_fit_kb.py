@@ -50,7 +50,16 @@ def test_a_fitted_lexical_weight_reaches_the_ranker_and_its_hit_reason(tmp_path,
     weights = mixture(configured, 0.0, 0.0, 16.0)
     store_fit(
         settings.storage.state_dir,
-        RankFit(version, weights, 0.0, 0.0, 60, "fitted on 60 pseudo-queries", lexical_weight=16.0),
+        RankFit(
+            version,
+            weights,
+            0.0,
+            0.0,
+            60,
+            "fitted on 60 pseudo-queries",
+            lexical_weight=16.0,
+            taught_under=settings.scoring.fit_inputs(),
+        ),
     )
     lookup = KnowledgeLookup(settings)
     try:
@@ -59,6 +68,19 @@ def test_a_fitted_lexical_weight_reaches_the_ranker_and_its_hit_reason(tmp_path,
         result = lookup.lookup("when are old blocks deleted by compaction")
         details = [r for b in result.evidence_blocks for r in b.hit_reasons if r.startswith("l1_document:title")]
         assert details and all("lexical 16 (fitted on 60" in d for d in details)
+    finally:
+        lookup.close()
+
+    # Another scoring profile (another sample size) does not rank with that fit: it teaches the version again (too
+    # small a KB: the configured weights, kept), and stores what it was taught under.
+    other = settings.updated(scoring=settings.scoring.variant("more-queries", fit_queries=300))
+    lookup = KnowledgeLookup(other)
+    try:
+        fit = lookup.state.rank_fit
+        assert fit is not None and not fit.fitted and "fewer than" in fit.reason
+        assert fit.taught_under == other.scoring.fit_inputs() != settings.scoring.fit_inputs()
+        assert lookup.pipeline.postprocessors[2].weights == configured
+        assert load_fit(settings.storage.state_dir, version, other.scoring.fit_inputs()) == fit
     finally:
         lookup.close()
 
