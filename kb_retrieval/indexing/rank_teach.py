@@ -37,14 +37,7 @@ from kb_retrieval.indexing.pseudo_queries import PseudoQuery, SectionRow, pseudo
 from kb_retrieval.knowledge.chunker import BREADCRUMB_SEPARATOR
 from kb_retrieval.models import EvidenceStatus
 from kb_retrieval.retrieval.query_check import EmptyQueryError
-from kb_retrieval.retrieval.rank_fit import (
-    PseudoCase,
-    RankFit,
-    choose,
-    fit_path,
-    load_fit,
-    store_fit,
-)
+from kb_retrieval.retrieval.rank_fit import PseudoCase, RankFit, choose, fit_path, load_fit, store_fit
 from kb_retrieval.retrieval.stage import stage_of
 from kb_retrieval.scoring_profile import ScoringProfile
 
@@ -202,7 +195,7 @@ def teach_ranking(lookup: Any, stop: threading.Event | None = None) -> RankFit |
         return stored
     try:
         with teaching_turn(settings.storage.state_dir, version, stop, taught_under=inputs) as stored:
-            return stored if stored is not None else _teach(lookup, version, stop)
+            return stored if stored is not None else _teach(lookup, version, inputs, stop)
     except TeachingStopped:
         log.info("document ranking fit not taught: the lookup was closed")
         return None
@@ -250,7 +243,7 @@ def _await_turn(
     state_dir: Path,
     version: str,
     stop: threading.Event | None,
-    taught_under: dict[str, float] | None = None,
+    taught_under: dict[str, float] | None,
 ) -> RankFit | None:
     """Take the teaching lock on ``handle`` (``None``), or the version's fit another process stored meanwhile."""
     waiting = stop or threading.Event()
@@ -265,8 +258,9 @@ def _await_turn(
                 raise TeachingStopped("closed while another process taught the version") from None
 
 
-def _teach(lookup: Any, version: str, stop: threading.Event | None) -> RankFit | None:
-    """Teach ``version``'s fit on ``lookup`` and store it (the caller holds the teaching turn)."""
+def _teach(lookup: Any, version: str, inputs: dict[str, float], stop: threading.Event | None) -> RankFit | None:
+    """Teach ``version``'s fit on ``lookup`` and store it with ``inputs``, what it is taught under (the caller holds
+    the teaching turn)."""
     settings = lookup.settings
     scoring = settings.scoring
     # The memory plan holds every row already (the state of this version): no second scan of the collection.
@@ -291,7 +285,7 @@ def _teach(lookup: Any, version: str, stop: threading.Event | None) -> RankFit |
             log.info("document ranking fit not taught: the index version changed while it was taught")
             return None
         fit = choose(cases, configured, index_version=version, min_queries=scoring.fit_min_queries)
-    fit = dataclasses.replace(fit, taught_under=scoring.fit_inputs())
+    fit = dataclasses.replace(fit, taught_under=inputs)
     try:
         store_fit(settings.storage.state_dir, fit)
     except OSError as exc:  # a read-only state dir: the fit serves this process only

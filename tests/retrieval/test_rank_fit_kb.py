@@ -150,7 +150,7 @@ def test_the_memory_plan_teaches_from_the_mirrors_rows_without_a_second_scan(run
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(milvus, "iter_rows", no_scan)
             patch.setattr(rank_teach, "store_fit", lambda state_dir, fit: stored.append(fit))
-            fit = rank_teach._teach(lookup, lookup.state.index_version, None)
+            fit = rank_teach._teach(lookup, lookup.state.index_version, settings.scoring.fit_inputs(), None)
         assert fit is not None and stored == [fit] and fit.queries == limit
     finally:
         lookup.close()
