@@ -337,10 +337,17 @@ def l0_signal(boosts: dict[str, float]) -> float:
 
 def taught_weights(scoring: ScoringProfile, fit: RankFit | None) -> tuple[dict[str, float], str]:
     """The ranking weights of ``scoring`` with the mixture the knowledge base chose (``fit``, when
-    ``scoring.fit_ranking``), and a note of what chose them for the trace ("" without a fit)."""
+    ``scoring.fit_ranking``), and a note of what chose them for the trace ("" without a fit).
+
+    A fit taught under other inputs (``RankFit.taught_under``: a ``with_settings(scoring=...)`` variant of a lookup
+    whose fit was taught under the lookup's own profile) is not applied: its choice was made against other weights
+    or on another sample, so the variant ranks with its own weights as set, and the note says why.
+    """
     weights = scoring.ranking_weights()
     if fit is None or not scoring.fit_ranking:
         return weights, ""
+    if fit.taught_under and fit.taught_under != scoring.fit_inputs():
+        return weights, "as set (the knowledge base's fit was taught under other ranking weights or sample sizes)"
     if not fit.fitted:
         return weights, f"as set ({fit.reason})"
     return mixture(weights, fit.section_weight, fit.identity_scale, fit.lexical_weight), fit.describe()

@@ -8,7 +8,9 @@ import json
 
 import pytest
 
+from kb_retrieval.retrieval.doc_rank import taught_weights
 from kb_retrieval.retrieval.rank_fit import PseudoCase, choose, fit_path, grid, load_fit, mixture, order, store_fit
+from kb_retrieval.scoring_profile import BUILT_IN_PROFILE
 
 pytestmark = pytest.mark.unit
 
@@ -109,6 +111,26 @@ def test_a_fit_taught_under_other_inputs_is_not_loaded_for_these(tmp_path) -> No
     assert load_fit(tmp_path, "v1") == fit  # no inputs given: whatever is stored
     assert load_fit(tmp_path, "v1", {**inputs, "fit_queries": 200.0}) is None
     assert load_fit(tmp_path, "v1", {**inputs, "doc_title": 0.5}) is None
+
+
+def test_a_variant_with_other_ranking_weights_ranks_with_its_own_not_the_fit_taught_under_others() -> None:
+    """A ``with_settings(scoring=...)`` variant shares its lookup's fit, taught under the lookup's profile: the
+    variant applies it only when its own fit inputs are the same, else ranks with its weights as set and says why."""
+    profile = BUILT_IN_PROFILE
+    fit = choose([_section_case(i) for i in range(60)], profile.ranking_weights(), index_version="v1", min_queries=50)
+    fit = dataclasses.replace(fit, taught_under=profile.fit_inputs())
+    assert fit.fitted
+    weights, note = taught_weights(profile, fit)
+    assert weights == mixture(profile.ranking_weights(), fit.section_weight, fit.identity_scale, fit.lexical_weight)
+    assert weights != profile.ranking_weights() and note == fit.describe()
+    for variant in (profile.variant("title", rank_title=2.0), profile.variant("sample", fit_queries=100)):
+        weights, note = taught_weights(variant, fit)
+        assert weights == variant.ranking_weights() and note.startswith("as set (the knowledge base's fit was taught")
+    # A variant that changes nothing the fit depends on keeps it.
+    assert taught_weights(profile.variant("same"), fit) == (
+        mixture(profile.ranking_weights(), fit.section_weight, fit.identity_scale, fit.lexical_weight),
+        fit.describe(),
+    )
 
 
 def test_a_fit_stored_in_an_earlier_format_is_taught_again(tmp_path) -> None:
