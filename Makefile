@@ -7,7 +7,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install demo test lint typecheck unit bench eval baselines clean deps-lowest
+.PHONY: install demo test lint typecheck unit bench eval baselines screenshots clean deps-lowest
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -59,6 +59,10 @@ baselines: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/kb-retrieval bench --out reports/bench
+
+# The README's screenshots of the retrieval-test page (docs/images/), taken by the tests that check it.
+screenshots: $(STAMP)
+	KB_WRITE_SCREENSHOTS=1 $(BIN)/pytest -q tests/service/test_page.py
 
 clean:
 	rm -rf .kb-state .pytest_cache .mypy_cache .ruff_cache
