@@ -44,9 +44,10 @@ def test_retriever_nodes_are_the_evidence_with_source_ids(sample_lookup):
 
 
 def test_retriever_overrides_change_only_that_retriever(sample_lookup):
+    before = sample_lookup.settings.evidence.max_evidence_blocks
     one = sample_lookup.as_retriever(max_evidence_blocks=1).retrieve("how do I debug a slow postgres query")
-    assert len(one) == 1
-    assert sample_lookup.settings.evidence.max_evidence_blocks == 5
+    assert len(one) == 1 < before
+    assert sample_lookup.settings.evidence.max_evidence_blocks == before
     with pytest.raises(ValueError):
         sample_lookup.as_retriever(max_evidence_blocks=0)
 
@@ -96,8 +97,8 @@ def test_retriever_evaluator_hit_rate_matches_the_offline_evaluation(sample_look
     # evidence blocks a lookup returns.
     from kb_retrieval.evaluation.runner import evaluate
 
-    report = evaluate(REPO / "golden" / "sample-kb.jsonl", REPO / "golden" / "fixtures" / "sample-kb")
     k = sample_lookup.settings.evidence.max_evidence_blocks
+    report = evaluate(REPO / "golden" / "sample-kb.jsonl", REPO / "golden" / "fixtures" / "sample-kb", ks=(k,))
     assert report.overall.answerable == len(cases)
     assert hits / len(cases) == pytest.approx(report.overall.scores[f"recall@{k}"], abs=1e-4)
 
@@ -265,10 +266,11 @@ MYSQL = MetadataFilters(filters=[MetadataFilter(key="category", value="mysql")])
 
 
 def test_similarity_top_k_is_the_evidence_documents_returned(sample_lookup):
+    before = sample_lookup.settings.evidence.max_evidence_blocks
     assert len(sample_lookup.as_retriever().retrieve(ALERT)) > 2
     nodes = sample_lookup.as_retriever(similarity_top_k=2).retrieve(ALERT)
     assert len(nodes) == 2 and nodes[0].node.node_id == "redis/memory-usage-high.md"
-    assert sample_lookup.settings.evidence.max_evidence_blocks == 5  # only that retriever
+    assert sample_lookup.settings.evidence.max_evidence_blocks == before  # only that retriever
 
 
 def test_unknown_overrides_are_refused_with_the_valid_names(sample_lookup):
