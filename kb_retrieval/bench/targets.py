@@ -42,6 +42,12 @@ SERVE_SCALING, SERVE_SCALING_CLIENTS, SERVE_P99_OVER_P50 = 1.7, 16, 3.0
 INGEST_OVER_STOCK = 0.58
 #: Issue 37: the share of relevance-high lookups that are right, on every set.
 RELEVANCE_HIGH_RIGHT = 0.90
+#: Issue 37: the documentation questions' hit@1 at least the best stock retriever's plus this, and at least the floor.
+DOCS_SET, DOCS_OVER_STOCK, DOCS_FLOOR = "prometheus-docs-dev", 0.10, 0.80
+#: Issue 37: the right document in the agent's context pack for at least this share of answerable cases, every set.
+RIGHT_DOC_IN_PACK = 0.95
+#: Issue 37: unanswerable refused at least this share (6 of 8) with answerable found at least that share, on these sets.
+REFUSED_SETS, REFUSED, REFUSED_FOUND = (DOCS_SET, PARAPHRASE_SET), 0.75, 0.95
 
 Target = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -153,6 +159,68 @@ def relevance_high_right(report: dict[str, Any]) -> dict[str, Any]:
             "met": bool(high) and all(v >= RELEVANCE_HIGH_RIGHT for v in high.values()),
         }
     }
+
+
+def documentation(report: dict[str, Any]) -> dict[str, Any]:
+    """Issue 37: the documentation questions' hit@1 at least the best stock retriever's + 0.10, and at least 0.80."""
+    systems = _quality(report).get("prometheus-docs", {}).get(DOCS_SET)
+    if not systems:
+        return {}
+    ours = systems["lookup_knowledge"]["hit@1"]
+    best = max(systems[s]["hit@1"] for s in SYSTEMS[1:] if systems[s]["hit@1"] is not None)
+    need = round(max(best + DOCS_OVER_STOCK, DOCS_FLOOR), 4)
+    return {
+        f"docs_hit@1>=best_stock+{DOCS_OVER_STOCK:g}_and>={DOCS_FLOOR:g}": {
+            "value": ours,
+            "best_stock": best,
+            "met": ours >= need,
+        }
+    }
+
+
+def right_doc_in_pack(report: dict[str, Any]) -> dict[str, Any]:
+    """Issue 37: the right document in the agent's context pack for >= 0.95 of the answerable cases of every set."""
+    shares = {
+        f"{setting}/{name}": share
+        for setting, sets in _quality(report).items()
+        for name, systems in sets.items()
+        if (share := systems["lookup_knowledge"].get("right_doc_in_pack")) is not None
+    }
+    if not shares:
+        return {}
+    below = {k: v for k, v in shares.items() if v < RIGHT_DOC_IN_PACK}
+    return {f"right_doc_in_pack>={RIGHT_DOC_IN_PACK}_every_set": {"below": below, "met": not below}}
+
+
+def refused_unanswerable(report: dict[str, Any]) -> dict[str, Any]:
+    """Issue 37: on the documentation and the paraphrase questions, unanswerable refused >= 6 of 8 with answerable
+    found >= 0.95, in every setting that runs the set."""
+    out: dict[str, Any] = {}
+    for setting, sets in _quality(report).items():
+        for name in REFUSED_SETS:
+            if not (systems := sets.get(name)):
+                continue
+            ours = systems["lookup_knowledge"]
+            refused, found = ours.get("no_answer_found_false"), ours.get("answerable_found_true")
+            out[f"refused>={REFUSED:g}_found>={REFUSED_FOUND:g}_{setting}/{name}"] = {
+                "refused": refused,
+                "found": found,
+                "met": refused is not None and found is not None and refused >= REFUSED and found >= REFUSED_FOUND,
+            }
+    return out
+
+
+def chunks_within_model(report: dict[str, Any]) -> dict[str, Any]:
+    """Issue 37: no stored chunk longer than the embedding model's maximum word pieces, on every corpus."""
+    over = {
+        setting: count
+        for setting, sets in _quality(report).items()
+        for systems in sets.values()
+        if (count := systems["lookup_knowledge"].get("chunks_over_model_max")) is not None
+    }
+    if not over:
+        return {}
+    return {"chunks_over_model_max==0": {"over": {k: v for k, v in over.items() if v}, "met": not any(over.values())}}
 
 
 def warm_latency(report: dict[str, Any]) -> dict[str, Any]:
@@ -267,6 +335,10 @@ TARGETS: tuple[Target, ...] = (
     no_answer_found_false,
     filter_never_excludes_every_expected,
     relevance_high_right,
+    documentation,
+    right_doc_in_pack,
+    refused_unanswerable,
+    chunks_within_model,
     warm_latency,
     lookup_build,
     scale_build,

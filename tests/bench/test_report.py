@@ -186,6 +186,37 @@ def test_paraphrase_targets_per_setting():
     assert found.replace("runbooks", "mixed") not in judged  # the issue asks it over the runbooks
 
 
+def test_the_any_knowledge_base_targets_are_judged_per_set():
+    """Issue 37's done-when figures: documentation hit@1 over the best stock + 0.10 (and 0.80), the right document in
+    the pack on every set, unanswerable refused with answerable found on the docs and paraphrase sets, no chunk over
+    the model's maximum."""
+    report = copy.deepcopy(REPORT)
+    report["quality"]["prometheus-docs"] = {"prometheus-docs-dev": _systems(0.95, 0.85, 0.75)}
+    for sets in report["quality"].values():
+        for systems in sets.values():
+            systems["lookup_knowledge"] |= {"right_doc_in_pack": 0.96, "chunks_over_model_max": 0}
+    judged = targets(report)
+    assert judged["docs_hit@1>=best_stock+0.1_and>=0.8"] == {"value": 0.95, "best_stock": 0.85, "met": True}
+    assert judged["right_doc_in_pack>=0.95_every_set"] == {"below": {}, "met": True}
+    assert judged["refused>=0.75_found>=0.95_prometheus-docs/prometheus-docs-dev"] == {
+        "refused": 0.75,
+        "found": 1.0,
+        "met": True,
+    }
+    assert judged["chunks_over_model_max==0"] == {"over": {}, "met": True}
+    docs = report["quality"]["prometheus-docs"]["prometheus-docs-dev"]["lookup_knowledge"]
+    docs |= {"hit@1": 0.94, "answerable_found_true": 0.94, "chunks_over_model_max": 3}
+    report["quality"]["mixed"]["runbooks-alerts-dev"]["lookup_knowledge"]["right_doc_in_pack"] = 0.9
+    judged = targets(report)
+    assert not judged["docs_hit@1>=best_stock+0.1_and>=0.8"]["met"]  # 0.94 < 0.85 + 0.10
+    assert judged["right_doc_in_pack>=0.95_every_set"] == {"below": {"mixed/runbooks-alerts-dev": 0.9}, "met": False}
+    assert not judged["refused>=0.75_found>=0.95_prometheus-docs/prometheus-docs-dev"]["met"]  # found 0.94
+    assert judged["chunks_over_model_max==0"] == {"over": {"prometheus-docs": 3}, "met": False}
+    low = copy.deepcopy(report)
+    low["quality"]["prometheus-docs"]["prometheus-docs-dev"] = _systems(0.79, 0.6)
+    assert not targets(low)["docs_hit@1>=best_stock+0.1_and>=0.8"]["met"]  # above stock + 0.10, below 0.80
+
+
 def test_a_filter_that_excluded_every_expected_document_fails_its_target():
     assert targets(REPORT)["filter_excluded_every_expected==0"] == {"excluded": {}, "met": True}
     report = copy.deepcopy(REPORT)
