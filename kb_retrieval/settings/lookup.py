@@ -125,8 +125,8 @@ class EvidenceSettings(BaseModel):
         gt=0,
         description="Evidence blocks returned at most: the documents the context pack may hold, so that the budget, "
         "not this count, decides how many the agent reads (at 5 the pack used a median 1,357 of its 2,000 tokens "
-        "and left out documents it had room for; at 7, 1,840; at 10 nothing more reached it and the first "
-        "document's context was cut more often: docs/tuning-history.md, session 36).",
+        "and left out documents it had room for; at 7, 1,840; at 10 no more right documents reached it on the "
+        "public sets and the first document's context was cut more often: docs/tuning-history.md, session 36).",
     )
     reference_threshold: float = Field(
         default=0.45,
