@@ -46,8 +46,11 @@ RELEVANCE_HIGH_RIGHT = 0.90
 DOCS_SET, DOCS_OVER_STOCK, DOCS_FLOOR = "prometheus-docs-dev", 0.10, 0.80
 #: Issue 37: the right document in the agent's context pack for at least this share of answerable cases, every set.
 RIGHT_DOC_IN_PACK = 0.95
-#: Issue 37: unanswerable refused at least this share (6 of 8) with answerable found at least that share, on these sets.
-REFUSED_SETS, REFUSED, REFUSED_FOUND = (DOCS_SET, PARAPHRASE_SET), 0.75, 0.95
+#: Issue 37: unanswerable refused at least this share (6 of 8) with answerable found at least that share, on these
+#: sets in these settings (the paraphrases' unanswerable questions were written for the runbooks: in the mixed
+#: setting the awesome-alerts pages hold alert rules on several of their topics, Kafka lag or GitLab CI, as issue 20's
+#: found target reads them over the runbooks only).
+REFUSED_SETS, REFUSED, REFUSED_FOUND = {"prometheus-docs": DOCS_SET, "runbooks": PARAPHRASE_SET}, 0.75, 0.95
 
 Target = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -194,19 +197,18 @@ def right_doc_in_pack(report: dict[str, Any]) -> dict[str, Any]:
 
 def refused_unanswerable(report: dict[str, Any]) -> dict[str, Any]:
     """Issue 37: on the documentation and the paraphrase questions, unanswerable refused >= 6 of 8 with answerable
-    found >= 0.95, in every setting that runs the set."""
+    found >= 0.95 (the paraphrases over the runbooks: :data:`REFUSED_SETS`)."""
     out: dict[str, Any] = {}
-    for setting, sets in _quality(report).items():
-        for name in REFUSED_SETS:
-            if not (systems := sets.get(name)):
-                continue
-            ours = systems["lookup_knowledge"]
-            refused, found = ours.get("no_answer_found_false"), ours.get("answerable_found_true")
-            out[f"refused>={REFUSED:g}_found>={REFUSED_FOUND:g}_{setting}/{name}"] = {
-                "refused": refused,
-                "found": found,
-                "met": refused is not None and found is not None and refused >= REFUSED and found >= REFUSED_FOUND,
-            }
+    for setting, name in REFUSED_SETS.items():
+        if not (systems := _quality(report).get(setting, {}).get(name)):
+            continue
+        ours = systems["lookup_knowledge"]
+        refused, found = ours.get("no_answer_found_false"), ours.get("answerable_found_true")
+        out[f"refused>={REFUSED:g}_found>={REFUSED_FOUND:g}_{setting}/{name}"] = {
+            "refused": refused,
+            "found": found,
+            "met": refused is not None and found is not None and refused >= REFUSED and found >= REFUSED_FOUND,
+        }
     return out
 
 

@@ -215,6 +215,12 @@ def test_the_any_knowledge_base_targets_are_judged_per_set():
     low = copy.deepcopy(report)
     low["quality"]["prometheus-docs"]["prometheus-docs-dev"] = _systems(0.79, 0.6)
     assert not targets(low)["docs_hit@1>=best_stock+0.1_and>=0.8"]["met"]  # above stock + 0.10, below 0.80
+    # The paraphrases' refusals are judged over the runbooks only (their unanswerable questions were written for them).
+    report["quality"]["runbooks"]["runbooks-paraphrase-dev"] = _systems(0.7, 0.4, 0.875)
+    report["quality"]["mixed"]["runbooks-paraphrase-dev"] = _systems(0.7, 0.4, 0.5)
+    judged = targets(report)
+    assert judged["refused>=0.75_found>=0.95_runbooks/runbooks-paraphrase-dev"]["met"]
+    assert not any(name.startswith("refused>=") and "mixed/" in name for name in judged)
 
 
 def test_a_filter_that_excluded_every_expected_document_fails_its_target():
