@@ -68,6 +68,14 @@ def test_a_fitted_lexical_weight_reaches_the_ranker_and_its_hit_reason(tmp_path,
         result = lookup.lookup("when are old blocks deleted by compaction")
         details = [r for b in result.evidence_blocks for r in b.hit_reasons if r.startswith("l1_document:title")]
         assert details and all("lexical 16 (fitted on 60" in d for d in details)
+        # A variant with other ranking weights shares the lookup's state, fit included, but not the fit's choice:
+        # it ranks with its own weights as written and says why.
+        variant = lookup.with_settings(scoring=settings.scoring.variant("title", rank_title=2.0))
+        assert variant.rank_fit == lookup.rank_fit
+        assert variant.pipeline.postprocessors[2].weights == variant.settings.scoring.ranking_weights()
+        result = variant.lookup("when are old blocks deleted by compaction")
+        details = [r for b in result.evidence_blocks for r in b.hit_reasons if r.startswith("l1_document:title")]
+        assert details and all("fit was taught under other ranking weights" in d for d in details)
     finally:
         lookup.close()
 
